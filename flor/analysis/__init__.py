@@ -1,0 +1,5 @@
+"""Reading what runs logged: records, DataFrames."""
+
+from .frame import dataframe, records
+
+__all__ = ["dataframe", "records"]

@@ -1,0 +1,137 @@
+"""The layout of one experiment folder, ``FLOR_HOME/NAME``: runs, checkpoints and blobs.
+
+All paths inside are relative to the experiment folder, so a copied or moved store still
+replays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import CheckpointError, ReplayError, StorageError
+from .blobs import BlobStore
+from .local import LocalBackend
+
+__all__ = ["ExperimentStore", "checkpoint_key", "parse_checkpoint_key"]
+
+_BLOCK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+
+
+def checkpoint_key(epoch: int | None, occurrence: int) -> str:
+    """File stem of a checkpoint: the epoch (``outside`` for blocks outside ``flor.it``),
+    with ``-K`` for the K-th repeat of the same block within one epoch."""
+    base = "outside" if epoch is None else str(epoch)
+    return base if occurrence == 0 else f"{base}-{occurrence}"
+
+
+def parse_checkpoint_key(stem: str) -> tuple[int | None, int]:
+    base, _, occ = stem.partition("-")
+    return (None if base == "outside" else int(base)), int(occ or 0)
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=True).encode()
+
+
+class ExperimentStore:
+    """One experiment: ``objects/`` shared by its ``runs/<run-id>/``."""
+
+    def __init__(self, home: Path, name: str) -> None:
+        self.name = name
+        self.root = Path(home) / name
+        self.backend = LocalBackend(self.root)
+        self.blobs = BlobStore(self.backend)
+
+    # -- runs --------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return (self.root / "runs").is_dir()
+
+    def runs(self) -> list[str]:
+        """Run ids, oldest first (they sort by start time)."""
+        base = self.root / "runs"
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if (p / "run.json").is_file())
+
+    def resolve_run(self, run: str | None) -> str:
+        """The run ``run`` names, or the latest; a clear error when there is none."""
+        runs = self.runs()
+        if not runs:
+            raise ReplayError(
+                f"nothing recorded under {self.root}: record first with "
+                f"`python SCRIPT.py --flor {self.name}` (FLOR_HOME={self.root.parent})"
+            )
+        if run is None or run == "latest":
+            return runs[-1]
+        matches = [r for r in runs if r == run or r.startswith(run)]
+        if len(matches) != 1:
+            raise ReplayError(
+                f"run {run!r} of {self.name} is {'ambiguous' if matches else 'unknown'}; "
+                f"the runs are: {', '.join(runs[-10:])}"
+            )
+        return matches[0]
+
+    def run_key(self, run: str, *parts: str) -> str:
+        return "/".join(("runs", run, *parts))
+
+    def run_path(self, run: str, *parts: str) -> Path:
+        return self.root / self.run_key(run, *parts)
+
+    def read_json(self, key: str) -> Any:
+        try:
+            return json.loads(self.backend.read(key))
+        except ValueError as exc:
+            raise StorageError(f"{self.backend.path(key)} is not valid JSON ({exc}); it was damaged") from exc
+
+    def write_json(self, key: str, obj: Any, *, durable: bool = True) -> None:
+        self.backend.write(key, dumps(obj), durable=durable)
+
+    def read_run(self, run: str) -> dict:
+        return self.read_json(self.run_key(run, "run.json"))
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    @staticmethod
+    def check_block_name(name: str) -> str:
+        if not isinstance(name, str) or not _BLOCK_RE.match(name):
+            raise CheckpointError(
+                f"invalid SkipBlock name {name!r}: use letters, digits, '.', '_' or '-' "
+                "(for example step_into('training_loop'))"
+            )
+        return name
+
+    def manifest_key(self, run: str, block: str, epoch: int | None, occurrence: int) -> str:
+        return self.run_key(run, "checkpoints", block, checkpoint_key(epoch, occurrence) + ".json")
+
+    def manifests(self, run: str) -> Iterator[tuple[str, int | None, int]]:
+        """(block, epoch, occurrence) of every committed checkpoint of ``run``."""
+        base = self.run_path(run, "checkpoints")
+        if not base.is_dir():
+            return
+        for block_dir in sorted(base.iterdir()):
+            if not block_dir.is_dir():
+                continue
+            for f in sorted(block_dir.glob("*.json")):
+                try:
+                    epoch, occ = parse_checkpoint_key(f.stem)
+                except ValueError:
+                    continue
+                yield block_dir.name, epoch, occ
+
+    def read_manifest(self, run: str, block: str, epoch: int | None, occurrence: int) -> dict:
+        return self.read_json(self.manifest_key(run, block, epoch, occurrence))
+
+    def disk_usage(self) -> int:
+        total = 0
+        for dirpath, _, files in os.walk(self.root):
+            for f in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, f)).st_size
+                except OSError:
+                    pass
+        return total

@@ -1,0 +1,174 @@
+"""What a replay checks about itself, and the summary it prints at the end.
+
+A replay compares (1) the state of every block it executed with the digest recorded for
+that block and epoch, and (2) every value logged under the same name, epoch and step in
+both the recording and the replay. The summary ends with one verdict line.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["BlockEvent", "Summary", "compare_logs", "non_logging_changes"]
+
+CAUSE_NOT_PASSED = "an object changed inside the block was not passed to end()"
+CAUSE_CODE = "the training code changed since the recording (the edit touches more than logging)"
+CAUSE_RNG = "the block now draws a different amount of randomness (added code that uses random numbers?)"
+CAUSE_THREADS = "the torch thread count differs from the recording"
+CAUSE_NONDET = "nondeterminism in the training code (non-deterministic kernels, DataLoader workers, time- or environment-dependent code)"
+
+_LOGGING_CALLS = {"log", "print"}
+
+
+class _StripLogging(ast.NodeTransformer):
+    """Drop logging statements and ``probed=`` arguments: what remains is the training code."""
+
+    def visit_Expr(self, node: ast.Expr) -> Any:
+        call = node.value
+        if isinstance(call, ast.Call):
+            fn = call.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+            if name in _LOGGING_CALLS:
+                return None
+        return self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        node.keywords = [k for k in node.keywords if k.arg != "probed"]
+        return self.generic_visit(node)
+
+
+def _stripped(source: str) -> str | None:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    return ast.dump(_StripLogging().visit(tree))
+
+
+def non_logging_changes(recorded: str, current: str) -> bool:
+    """True when ``current`` differs from ``recorded`` by more than log/print statements and
+    ``probed=`` flags (statements that only compute a value to log also count as changes)."""
+    a, b = _stripped(recorded), _stripped(current)
+    if a is None or b is None:
+        return recorded != current
+    return a != b
+
+
+@dataclass
+class BlockEvent:
+    epoch: int | None
+    block: str
+    occurrence: int
+    action: str  # restored | matched | diverged | executed (no checkpoint)
+    initializing: bool = False
+    tensors: list[str] = field(default_factory=list)
+    cause: str | None = None
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                                              and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+
+
+def compare_logs(recorded: list[dict], replayed: list[dict]) -> tuple[int, list[dict], list[str]]:
+    """(shared count, mismatches, hindsight names) between one worker's records and the recording's."""
+    def key(r: dict) -> tuple:
+        return (r["name"], r.get("epoch"), r.get("loop"), str(r.get("step")), r.get("k", 0))
+
+    base = {key(r): r for r in recorded}
+    shared, bad, hindsight = 0, [], set()
+    for r in replayed:
+        old = base.get(key(r))
+        if old is None:
+            hindsight.add(r["name"])
+            continue
+        shared += 1
+        if not _equal(old["value"], r["value"]):
+            bad.append({"name": r["name"], "epoch": r.get("epoch"), "step": r.get("step"),
+                        "recorded": old["value"], "replayed": r["value"]})
+    return shared, bad, sorted(hindsight)
+
+
+def _ranges(epochs: list[int]) -> str:
+    out, start, prev = [], None, None
+    for e in sorted(epochs):
+        if start is None:
+            start = prev = e
+        elif e == prev + 1:
+            prev = e
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = e
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ",".join(out) or "-"
+
+
+@dataclass
+class Summary:
+    """Collects a replay worker's events and renders the verification report."""
+
+    header: str
+    events: list[BlockEvent] = field(default_factory=list)
+    shared_logs: int = 0
+    log_mismatches: list[dict] = field(default_factory=list)
+    hindsight: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    log_cause: str | None = None
+
+    @property
+    def diverged(self) -> bool:
+        return any(e.action == "diverged" for e in self.events) or bool(self.log_mismatches)
+
+    def counts(self) -> dict[str, int]:
+        out = {"restored": 0, "matched": 0, "diverged": 0, "executed": 0}
+        for e in self.events:
+            if not e.initializing:
+                out[e.action.split()[0]] += 1
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "verdict": "diverged" if self.diverged else "verified exact",
+            "counts": self.counts(), "shared_logs": self.shared_logs,
+            "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
+            "blocks": [e.__dict__ for e in self.events],
+        }
+
+    def render(self) -> str:
+        lines = [self.header]
+        groups: dict[tuple, list[int]] = {}
+        for e in self.events:
+            label = e.action + (" (initialization)" if e.initializing else "")
+            groups.setdefault((e.block, label), []).append(-1 if e.epoch is None else e.epoch)
+        for (block, label), epochs in groups.items():
+            where = "outside the loop" if epochs == [-1] else f"epochs {_ranges([x for x in epochs if x >= 0])}"
+            lines.append(f"  {block}: {label}: {where}")
+        for e in self.events:
+            if e.action == "diverged":
+                shown = ", ".join(e.tensors[:8]) + (f" and {len(e.tensors) - 8} more" if len(e.tensors) > 8 else "")
+                lines.append(f"  DIVERGED at epoch {e.epoch}, block {e.block!r}: {shown}; likely cause: {e.cause}")
+        lines.append(f"  logs: {self.shared_logs} values logged in both record and replay, "
+                     f"{self.shared_logs - len(self.log_mismatches)} equal"
+                     + (f"; hindsight values: {', '.join(self.hindsight)}" if self.hindsight else ""))
+        for m in self.log_mismatches[:10]:
+            lines.append(f"  DIVERGED log {m['name']!r} at epoch {m['epoch']}, step {m['step']}: "
+                         f"recorded {m['recorded']!r}, replayed {m['replayed']!r}"
+                         + (f"; likely cause: {self.log_cause}" if self.log_cause else ""))
+        if len(self.log_mismatches) > 10:
+            lines.append(f"  ... and {len(self.log_mismatches) - 10} more log values differ")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        c = self.counts()
+        blocks = f"{c['restored']} blocks restored, {c['matched'] + c['diverged']} executed and checked " \
+                 f"({c['diverged']} diverged), {c['executed']} re-executed without a checkpoint"
+        logs = f"{self.shared_logs - len(self.log_mismatches)}/{self.shared_logs} shared log values equal"
+        if self.diverged:
+            lines.append(f"flor: replay DIVERGED: {blocks}; {logs}")
+        else:
+            lines.append(f"flor: replay verified exact: {blocks}; {logs}")
+        return "\n".join(lines)
