@@ -1,0 +1,101 @@
+"""Every form of flor's flags and variables, and the errors for bad ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from flor.errors import ConfigError
+from flor.settings import parse, validate_name
+
+
+@pytest.mark.parametrize(
+    "argv, env, mode, name, pid, ngpus, rest",
+    [
+        (["t.py"], {}, "inert", None, 0, 1, ["t.py"]),
+        (["t.py", "--flor", "x"], {}, "record", "x", 0, 1, ["t.py"]),
+        (["t.py", "--flor=x", "--lr", "3"], {}, "record", "x", 0, 1, ["t.py", "--lr", "3"]),
+        (["t.py", "--lr", "3", "--flor", "x", "--epochs", "2"], {}, "record", "x", 0, 1, ["t.py", "--lr", "3", "--epochs", "2"]),
+        (["t.py", "--flor", "x", "--replay_flor"], {}, "replay", "x", 0, 1, ["t.py"]),
+        (["t.py", "--replay_flor", "--flor", "x", "--lr", "1"], {}, "replay", "x", 0, 1, ["t.py", "--lr", "1"]),
+        (["t.py", "--flor", "x", "--replay_flor", "3/5", "--lr", "1"], {}, "replay", "x", 3, 5, ["t.py", "--lr", "1"]),
+        (["t.py", "--flor", "x", "--replay_flor=9/200"], {}, "replay", "x", 9, 200, ["t.py"]),
+        (["t.py", "--flor", "x", "--replay_flor", "pos"], {}, "replay", "x", 0, 1, ["t.py", "pos"]),
+        (["t.py"], {"FLOR_NAME": "x"}, "record", "x", 0, 1, ["t.py"]),
+        (["t.py"], {"FLOR_NAME": "x", "FLOR_REPLAY": "1"}, "replay", "x", 0, 1, ["t.py"]),
+        (["t.py"], {"FLOR_NAME": "x", "FLOR_REPLAY": "2/4"}, "replay", "x", 2, 4, ["t.py"]),
+        (["t.py", "--flor", "y"], {"FLOR_NAME": "x"}, "record", "y", 0, 1, ["t.py"]),
+        (["t.py", "--flor", "x", "--replay_flor"], {"RANK": "1", "WORLD_SIZE": "4"}, "replay", "x", 1, 4, ["t.py"]),
+        (["t.py", "--flor", "x", "--replay_flor"],
+         {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "5"}, "replay", "x", 2, 4, ["t.py"]),
+        (["t.py", "--flor", "x", "--replay_flor"], {"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, "replay", "x", 0, 2, ["t.py"]),
+        (["t.py", "--flor", "x", "--replay_flor", "1/3"], {"RANK": "0", "WORLD_SIZE": "2"}, "replay", "x", 1, 3, ["t.py"]),
+        (["t.py", "--flor", "x", "--", "--flor", "y"], {}, "record", "x", 0, 1, ["t.py", "--", "--flor", "y"]),
+    ],
+)
+def test_flag_forms(argv, env, mode, name, pid, ngpus, rest):
+    settings, remaining = parse(argv, env)
+    assert (settings.mode, settings.name, settings.pid, settings.ngpus) == (mode, name, pid, ngpus)
+    assert remaining == rest
+
+
+def test_switches_and_values():
+    s, rest = parse(["t.py", "--flor", "x", "--replay_flor", "--flor_strict", "--flor_strong", "--flor_run", "2026"], {})
+    assert (s.strict, s.strong, s.run, rest) == (True, True, "2026", ["t.py"])
+    s, _ = parse(["t.py", "--flor", "x", "--flor_every", "3"], {})
+    assert s.every == 3
+    s, _ = parse(["t.py"], {"FLOR_NAME": "x", "FLOR_EVERY": "4", "FLOR_HOME": "/tmp/somewhere"})
+    assert (s.every, str(s.home)) == (4, "/tmp/somewhere")
+    s, _ = parse(["t.py"], {"FLOR_NAME": "x", "FLOR_REPLAY": "yes", "FLOR_STRICT": "1", "FLOR_REPLAY_ID": "abc"})
+    assert (s.mode, s.strict, s.replay_id) == ("replay", True, "abc")
+
+
+def test_existing_path_is_not_taken_as_segment(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x").write_text("")
+    monkeypatch.chdir(tmp_path)
+    s, rest = parse(["t.py", "--flor", "x", "--replay_flor", "data/x"], {})
+    assert (s.pid, s.ngpus, rest) == (0, 1, ["t.py", "data/x"])
+
+
+@pytest.mark.parametrize("bad", ["a/b", "3/2", "-1/2", "0/0", "1/", "/2", "2/2"])
+def test_malformed_segments(bad):
+    with pytest.raises(ConfigError, match="PID|NGPUS"):
+        parse(["t.py", "--flor", "x", "--replay_flor", bad], {})
+    with pytest.raises(ConfigError):
+        parse(["t.py", "--flor", "x", f"--replay_flor={bad}"], {})
+    with pytest.raises(ConfigError):
+        parse(["t.py"], {"FLOR_NAME": "x", "FLOR_REPLAY": bad})
+
+
+@pytest.mark.parametrize(
+    "argv, env, message",
+    [
+        (["t.py", "--replay_flor"], {}, "needs an experiment"),
+        (["t.py", "--flor"], {}, "needs a value"),
+        (["t.py", "--flor", "--lr"], {}, "needs a value"),
+        (["t.py", "--flor", "x", "--flor_bogus"], {}, "unknown flor flag"),
+        (["t.py", "--flor", "x", "--flor", "y"], {}, "twice"),
+        (["t.py", "--flor", "x", "--flor_every", "0"], {}, "positive"),
+        (["t.py", "--flor", "x"], {"FLOR_EVERY": "often"}, "positive"),
+        (["t.py", "--flor", "x"], {"FLOR_STRICT": "maybe"}, "yes/no"),
+        (["t.py", "--flor", "x", "--replay_flor"], {"RANK": "one", "WORLD_SIZE": "2"}, "whole number"),
+        (["t.py", "--flor", "x", "--replay_flor"], {"RANK": "2", "WORLD_SIZE": "2"}, "out of range"),
+        (["t.py", "--flor", "x", "--replay_flor", "--flor_run", "../r"], {}, "invalid run"),
+    ],
+)
+def test_bad_settings(argv, env, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(argv, env)
+
+
+@pytest.mark.parametrize("name", ["../x", "/abs", "", "a/b", "..", ".hidden", "x/../../y", "a" * 200, "white space"])
+def test_names_that_escape_or_are_invalid(name):
+    with pytest.raises(ConfigError, match="invalid experiment name"):
+        validate_name(name)
+    with pytest.raises(ConfigError):
+        parse(["t.py", "--flor", name] if name else ["t.py", "--flor="], {})
+
+
+@pytest.mark.parametrize("name", ["x", "cnn-demo", "run_1.2", "A+B"])
+def test_good_names(name):
+    assert validate_name(name) == name

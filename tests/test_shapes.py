@@ -1,0 +1,74 @@
+"""Outside-loop blocks, generators, several blocks, sparse checkpoints, crashes."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Runner, values
+
+OUTER = {"    # OUTER": '    flor.log("w_max", w.max().item())'}
+
+
+def test_outside_blocks_generators_and_two_blocks(runner: Runner):
+    r = runner
+    r.run(r.script("shapes.py"), "--flor", "shapes")
+    edited = r.script("shapes.py", edits=OUTER, dest="edited.py")
+    r.run(edited, "--flor", "full")
+    expected = values(r.logs("full"))
+    run = next((r.home / "shapes" / "runs").iterdir())
+    assert (run / "checkpoints" / "preprocess" / "outside.json").is_file()
+    assert len(list((run / "checkpoints" / "stats").iterdir())) == 5
+
+    single = r.run(edited, "--flor", "shapes", "--replay_flor", env=r.env(FLOR_REPLAY_ID="single"))
+    assert "replay verified exact" in single.stderr
+    assert "preprocess: restored: outside the loop" in single.stderr
+    got = values([x for x in r.logs("shapes") if x["replay"] == "single"])
+    assert got == expected
+
+    env = r.env(FLOR_REPLAY_ID="pair")
+    for w in ("0/2", "1/2"):
+        assert "verified exact" in r.run(edited, "--flor", "shapes", "--replay_flor", w, env=env).stderr
+    logs = [x for x in r.logs("shapes") if x["replay"] == "pair"]
+    assert values(logs) == expected
+    # values outside the loop are reported once: before it by worker 0, after it by the last worker
+    assert [(x["name"], x["worker"]) for x in logs if x["epoch"] is None] == [("features_sum", 0), ("final_norm", 1)]
+
+
+def test_sparse_checkpoints_are_re_executed_never_skipped(runner: Runner):
+    r = runner
+    r.run(r.script(), "--epochs", "7", "--flor", "sparse", "--flor_every", "3")
+    run = next((r.home / "sparse" / "runs").iterdir())
+    assert sorted(p.stem for p in (run / "checkpoints" / "training_loop").iterdir()) == ["0", "3", "6"]
+    edited = r.script(edits={"    # OUTER": '    flor.log("bias", net[3].bias.sum().item())'}, dest="edited.py")
+    r.run(edited, "--epochs", "7", "--flor", "full")
+    expected = values(r.logs("full"))
+    env = r.env(FLOR_REPLAY_ID="sp")
+    outs = [r.run(edited, "--epochs", "7", "--flor", "sparse", "--replay_flor", f"{w}/2", env=env) for w in range(2)]
+    assert "initialization epochs 0-2" in outs[1].stderr  # from the checkpoint at 0, re-executing 1 and 2
+    assert "executed (no checkpoint)" in outs[1].stderr
+    assert all("verified exact" in o.stderr for o in outs)
+    assert values([x for x in r.logs("sparse") if x["replay"] == "sp"]) == expected
+
+
+def test_a_crash_leaves_every_earlier_checkpoint_readable(runner: Runner):
+    r = runner
+    script = r.script("shapes.py")
+    proc = r.run(script, "--epochs", "6", "--crash-at", "3", "--flor", "crash", check=False)
+    assert proc.returncode == -9
+    run = next((r.home / "crash" / "runs").iterdir())
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "running" and meta["epochs_done"] == 3  # killed: no chance to say more
+    from flor.state import restore
+    from flor.store import ExperimentStore
+
+    store = ExperimentStore(r.home, "crash")
+    found = list(store.manifests(run.name))
+    assert {("preprocess", None, 0)} | {(b, e, 0) for b in ("fit", "stats") for e in range(3)} <= set(found)
+    for block, epoch, occ in found:  # every committed checkpoint reads back with verified blobs
+        manifest = store.read_manifest(run.name, block, epoch, occ)
+        restore([None] * manifest["count"], manifest["objects"], store.blobs.get)
+    # a replay of the crashed run restores what was committed and says what it could not know
+    rep = r.run(script, "--epochs", "6", "--crash-at", "3", "--flor", "crash", "--replay_flor", "1/2")
+    assert "the recording did not finish (its process is gone" in rep.stderr
+    assert "the loop has no len() and the recording ended after 3 epochs" in rep.stderr
+    assert "fit: restored: epochs 1-2" in rep.stderr and "verified exact" in rep.stderr
