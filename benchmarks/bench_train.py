@@ -1,0 +1,68 @@
+"""The training script the benchmarks record and replay (generated data, no downloads).
+
+--model cnn       a small conv net on 1x28x28 inputs (~0.2 MB of parameters)
+--model big       an MLP with ~10.5M parameters: with AdamW state ~126 MB to checkpoint
+--model finetune  the big MLP's body frozen, a small head trained: storage dedup
+--hindsight       adds an outer-loop hindsight log (weight norm), what a user adds later
+--probe           marks the block probed and logs the loss inside it
+"""
+
+import argparse
+import time
+
+import torch
+
+import flor
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", choices=["cnn", "big", "finetune"], default="cnn")
+parser.add_argument("--epochs", type=int, default=5)
+parser.add_argument("--steps", type=int, default=20, help="batches per epoch")
+parser.add_argument("--batch", type=int, default=64)
+parser.add_argument("--hindsight", action="store_true")
+parser.add_argument("--probe", action="store_true")
+args = parser.parse_args()
+
+torch.manual_seed(0)
+if args.model == "cnn":
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Dropout(0.2), torch.nn.Linear(32 * 7 * 7, 10),
+    )
+    shape = (1, 28, 28)
+else:
+    body = torch.nn.Sequential(
+        torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+        torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+    )
+    net = torch.nn.Sequential(body, torch.nn.Linear(2048, 10))
+    shape = (1024,)
+    if args.model == "finetune":
+        body.requires_grad_(False)
+params = [p for p in net.parameters() if p.requires_grad]
+optimizer = torch.optim.AdamW(params, lr=1e-3)
+data = torch.randn(args.steps * args.batch, *shape)
+labels = torch.randint(0, 10, (args.steps * args.batch,))
+val = torch.randn(256, *shape)
+val_labels = torch.randint(0, 10, (256,))
+
+t_loop = time.perf_counter()
+for epoch in flor.it(range(args.epochs)):
+    if flor.SkipBlock.step_into("train", probed=args.probe):
+        perm = torch.randperm(len(data))
+        for i in range(args.steps):
+            idx = perm[i * args.batch:(i + 1) * args.batch]
+            loss = torch.nn.functional.cross_entropy(net(data[idx]), labels[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if args.probe:
+                flor.log("loss", loss.item(), step=epoch * args.steps + i)
+    net, optimizer = flor.SkipBlock.end(net, optimizer)
+    with torch.no_grad():
+        val_loss = torch.nn.functional.cross_entropy(net(val), val_labels).item()
+    flor.log("val_loss", val_loss)
+    if args.hindsight:
+        flor.log("weight_norm", float(sum(p.double().norm() ** 2 for p in net.parameters()) ** 0.5))
+print(f"LOOP_SECONDS {time.perf_counter() - t_loop:.6f}")

@@ -1,0 +1,93 @@
+"""What every benchmark shares: running scripts, timing them, describing the machine, saving results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+TRAIN = HERE / "bench_train.py"
+
+
+def machine() -> dict[str, Any]:
+    """The machine the numbers come from."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = None
+    try:
+        mem = round(int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1)) / 2**20, 1)
+    except (OSError, AttributeError):
+        pass
+    import torch
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
+            "torch": torch.__version__, "platform": platform.platform(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def env(home: Path, threads: int = 2, **extra: str) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("FLOR_")}
+    e.update({"FLOR_HOME": str(home), "OMP_NUM_THREADS": str(threads), "PYTHONHASHSEED": "0"})
+    e.update(extra)
+    return e
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Run ``python ARGS``; return its wall time and the finished process (which must succeed)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return wall, proc
+
+
+def loop_seconds(proc: subprocess.CompletedProcess) -> float:
+    return float(re.search(r"LOOP_SECONDS ([\d.]+)", proc.stdout).group(1))
+
+
+def latest_run(home: Path, name: str) -> Path:
+    return sorted((home / name / "runs").iterdir())[-1]
+
+
+def run_meta(home: Path, name: str) -> dict:
+    return json.loads((latest_run(home, name) / "run.json").read_text())
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def save(name: str, result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = {"benchmark": name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(), **result}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
+
+
+def table(rows: list[list[Any]], header: list[str]) -> str:
+    cells = [header] + [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""Replay speedup: an outer-loop-only hindsight log replayed from checkpoints vs re-training
+the edited script from scratch, beside the ideal speedup and the disk's raw read bandwidth.
+
+    python benchmarks/replay_speedup.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from common import TRAIN, env, latest_run, loop_seconds, run, run_meta, save, table
+
+
+def raw_read_gbps(paths: list[Path]) -> float:
+    """Plain sequential reads of the same files, in the same run: the bound replay reads against."""
+    total, t0 = 0, time.perf_counter()
+    for p in paths:
+        with open(p, "rb", buffering=0) as fh:
+            while chunk := fh.read(1 << 22):
+                total += len(chunk)
+    return total / (time.perf_counter() - t0) / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    opts = ap.parse_args()
+    margs = (["--model", "cnn", "--epochs", "3", "--steps", "5"] if opts.quick
+             else ["--model", "big", "--epochs", "6", "--steps", "12", "--batch", "32"])
+    tmp = Path(tempfile.mkdtemp(prefix="flor-bench-"))
+    try:
+        home = tmp / "home"
+        e = env(home, FLOR_EVERY="1")
+        run([str(TRAIN), *margs, "--flor", "bench"], e)
+        meta = run_meta(home, "bench")
+        # the edited script, from scratch: what a user without flor would do
+        retrain_s, retrain = run([str(TRAIN), *margs, "--hindsight"], env(tmp / "unused"))
+        blobs = [p for p in (home / "bench" / "objects").rglob("*") if p.is_file()]
+        raw = raw_read_gbps(blobs)
+        replay_s, replay = run([str(TRAIN), *margs, "--hindsight", "--flor", "bench", "--replay_flor"], e)
+        assert "replay verified exact" in replay.stderr, replay.stderr[-2000:]
+        summary = json.loads(next((latest_run(home, "bench") / "logs").glob("replay-*.summary.json")).read_text())
+        io = summary["io"]
+        epochs = meta["epochs_done"]
+        epoch_s = sum(meta["timings"]["epoch_s"]) / epochs
+        block_s = sum(meta["timings"]["blocks"]["train"]) / epochs
+        outer_s = epoch_s - block_s
+        restore_s = (io["load_s"] + io["restore_s"]) / epochs
+        ideal = epoch_s / (restore_s + outer_s)
+        loop_speedup = loop_seconds(retrain) / loop_seconds(replay)
+        read_gbps = io["restore_bytes"] / io["load_s"] / 1e9 if io["load_s"] else float("nan")
+        result = {
+            "args": margs, "epochs": epochs, "retrain_s": retrain_s, "replay_s": replay_s,
+            "speedup_end_to_end": retrain_s / replay_s, "speedup_in_loop": loop_speedup, "ideal_speedup": ideal,
+            "fraction_of_ideal": loop_speedup / ideal, "epoch_s": epoch_s, "outer_loop_s": outer_s,
+            "restore_s_per_epoch": restore_s, "restore_bytes": io["restore_bytes"],
+            "replay_read_gbps": read_gbps, "raw_read_gbps": raw, "read_fraction_of_raw": read_gbps / raw,
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(table([[f"{result['speedup_end_to_end']:.2f}x", f"{loop_speedup:.2f}x", f"{ideal:.2f}x",
+                  f"{result['fraction_of_ideal']:.0%}", f"{read_gbps:.2f}", f"{raw:.2f}",
+                  f"{result['read_fraction_of_raw']:.0%}"]],
+                ["speedup end-to-end", "speedup in loop", "ideal", "of ideal", "replay read GB/s",
+                 "raw read GB/s", "of raw"]))
+    print(f"results: {save('replay_speedup', result)}")
+
+
+if __name__ == "__main__":
+    main()

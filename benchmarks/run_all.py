@@ -1,0 +1,19 @@
+"""Run every benchmark, one after another: python benchmarks/run_all.py [--quick]."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = ["log_call", "storage", "record_overhead", "replay_speedup", "parallel_replay"]
+
+if __name__ == "__main__":
+    failed = []
+    for name in BENCHMARKS:
+        print(f"\n== {name} ==", flush=True)
+        if subprocess.run([sys.executable, str(HERE / f"{name}.py"), *sys.argv[1:]]).returncode != 0:
+            failed.append(name)
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
