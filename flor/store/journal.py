@@ -1,0 +1,74 @@
+"""The spool journal: what has been uploaded to one spool URL and verified there.
+
+One JSON line per object, ``NAME/spool/<bucket>-<id>.jsonl``, appended after verification.
+It is what makes ``flor spool`` resumable and eviction safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import StorageError
+from ..settings import parse_s3_url
+
+__all__ = ["SpoolJournal"]
+
+
+class SpoolJournal:
+    """What has been uploaded to one spool URL and verified there, one JSON line per object.
+
+    Lines are appended after verification; a torn last line (a crash while writing) is
+    ignored, which at worst costs one more HEAD or upload on resume.
+    """
+
+    def __init__(self, root: Path, url: str) -> None:
+        bucket, _ = parse_s3_url(url)
+        self.url = url
+        self.path = Path(root) / "spool" / f"{bucket}-{hashlib.sha1(url.encode()).hexdigest()[:10]}.jsonl"
+        self.done: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+        self._fh: Any = None
+        if self.path.is_file():
+            for line in self.path.read_text(errors="replace").splitlines():
+                try:
+                    rec = json.loads(line)
+                    if "k" in rec:
+                        self.done[rec["k"]] = (int(rec["n"]), str(rec["h"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+
+    def has(self, key: str, size: int | None = None, digest: str | None = None) -> bool:
+        entry = self.done.get(key)
+        if entry is None:
+            return False
+        return (size is None or entry[0] == size) and (digest is None or entry[1] == digest)
+
+    def add(self, key: str, size: int, digest: str) -> None:
+        with self._lock:
+            self.done[key] = (size, digest)
+            try:
+                if self._fh is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    new = not self.path.exists()
+                    self._fh = open(self.path, "a", encoding="utf-8")
+                    if new:
+                        self._fh.write(json.dumps({"url": self.url}) + "\n")
+                self._fh.write(json.dumps({"k": key, "n": size, "h": digest}, separators=(",", ":")) + "\n")
+                self._fh.flush()
+            except OSError as exc:
+                raise StorageError(f"cannot write the spool journal {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                try:
+                    self._fh.flush()
+                    os.fsync(self._fh.fileno())
+                finally:
+                    self._fh.close()
+                    self._fh = None
