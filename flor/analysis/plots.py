@@ -1,0 +1,162 @@
+"""PNG plots of logged values against epoch or step, headless, with matplotlib.
+
+Every value is plotted (no downsampling, no smoothing). Hindsight values (logged by a
+replay where the recording has none) are drawn with open markers and named so in the
+legend; a series that is hindsight throughout is dashed. Several runs are overlaid, labelled
+by the hyperparameters that differ between them. Each plot is also saved into the run
+directory (``runs/<run>/plots/``, the newest run plotted) so it travels with the run.
+
+matplotlib is imported only here and only when plotting, through its object API (no
+pyplot): the figure never touches a display or the caller's matplotlib state.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import settings
+from ..errors import ConfigError
+from ..store import ExperimentStore
+from .compare import Comparison, _series
+from .frame import hyperparameters, open_experiment, records
+
+__all__ = ["plot_comparison", "plot_metrics"]
+
+
+def _figure(rows: int) -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ConfigError("plotting needs matplotlib: pip install 'flor[plot]'") from exc
+    fig = Figure(figsize=(8, 3.2 * rows + 0.4), dpi=100, layout="constrained")
+    return fig, [fig.add_subplot(rows, 1, i + 1) for i in range(rows)]
+
+
+def _axes(ax: Any, x: str, metric: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel(x)
+    ax.set_ylabel(metric)
+    ax.grid(True, alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and steps are whole numbers
+
+
+def _label(run: str, hp: dict[str, Any], varying: list[str]) -> str:
+    if not varying:
+        return run
+    return " ".join(f"{k}={hp.get(k)}" for k in varying)
+
+
+def varying_hyperparameters(hps: dict[str, dict[str, Any]]) -> list[str]:
+    """Names of the hyperparameters whose values differ between the runs, in first-seen order."""
+    names = list(dict.fromkeys(k for hp in hps.values() for k in hp))
+    return [k for k in names if len({repr(hp.get(k)) for hp in hps.values()}) > 1]
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text)[:120] or "plot"
+
+
+def _save(fig: Any, out: Path | None, store: ExperimentStore, run: str, default_name: str) -> list[Path]:
+    """Save into the run's plots/ folder (uploaded to the spool target when one is set), and to
+    ``out`` when given; return the paths written."""
+    key = store.run_key(run, "plots", _safe(out.name) if out is not None else default_name)
+    kept = store.root / key
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(kept, format="png")
+    url = getattr(settings.SETTINGS, "spool", None)
+    if url:
+        from ..store.spool import spool_files  # warns, never raises: the plot is written either way
+
+        spool_files(store, url, [key])
+    written = [kept]
+    if out is not None:
+        out = out.expanduser()
+        if out.resolve() != kept.resolve():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(kept, out)
+            written.insert(0, out)
+    return written
+
+
+def plot_metrics(name: str, metrics: Sequence[str], *, runs: str | Sequence[str] | None = "all",
+                 x: str = "epoch", out: Path | None = None, home: Path | None = None,
+                 definitions: Any = None, title: str | None = None) -> list[Path]:
+    """Plot ``metrics`` of experiment ``name`` against ``x`` (``epoch`` or ``step``), one panel
+    per metric, one curve per run. Returns the files written (``out`` first, if given).
+
+    >>> plot_metrics("cnn-demo", ["val_acc"], out=Path("acc.png"))  # doctest: +SKIP
+    """
+    if x not in ("epoch", "step"):
+        raise ConfigError(f"--x {x!r}: plot against epoch or step")
+    if not metrics:
+        raise ConfigError("name at least one metric to plot")
+    store = open_experiment(name, home)
+    merged = records(name, run=runs, home=home, newest=True, definitions=definitions)
+    run_ids = list(dict.fromkeys(r["run"] for r in merged)) or [store.runs()[-1]]
+    logged = {r["name"] for r in merged}
+    for m in metrics:
+        if m not in logged:
+            raise ConfigError(f"no run of {name} shown here logged {m!r}; the logged names are: "
+                              f"{', '.join(sorted(logged)) or 'none'}")
+    hps = {r: hyperparameters(store, r) for r in run_ids}
+    varying = varying_hyperparameters(hps)
+    fig, axes = _figure(len(metrics))
+    for ax, metric in zip(axes, metrics):
+        drawn = 0
+        for i, run in enumerate(run_ids):
+            recs = [r for r in merged if r["run"] == run and r["name"] == metric]
+            series = _series(recs, x)
+            if not series:
+                continue
+            hind = [p for p in series if p[3]]
+            all_hind = len(hind) == len(series)
+            label = _label(run, hps[run], varying) + (" (hindsight)" if hind else "")
+            color = f"C{i % 10}"
+            ax.plot([p[0] for p in series], [p[1] for p in series], color=color, label=label,
+                    linestyle="--" if all_hind else "-", marker="." if len(series) <= 60 else None)
+            if hind:
+                ax.plot([p[0] for p in hind], [p[1] for p in hind], linestyle="none", marker="o",
+                        markerfacecolor="none", color=color)
+            drawn += 1
+        if not drawn:
+            raise ConfigError(f"{metric!r} has no numeric values logged with a step; plot it with --x epoch"
+                              if x == "step" else f"{metric!r} has no numeric values inside the epoch loop")
+        _axes(ax, x, metric)
+        ax.legend(fontsize="small")
+    fig.suptitle(title or f"{name}: {', '.join(metrics)} by {x}" + (" (open markers: hindsight values)"
+                                                                     if any(r.get("hindsight") for r in merged
+                                                                            if r["name"] in metrics) else ""))
+    default = _safe("-".join(metrics)) + f"-by-{x}.png"
+    return _save(fig, out, store, run_ids[-1], default)
+
+
+def plot_comparison(c: Comparison, *, out: Path | None = None, home: Path | None = None) -> list[Path]:
+    """Per group: the mean over its runs (seeds) at each epoch or step, with a band from the
+    minimum to the maximum. Returns the files written."""
+    if not c.groups:
+        raise ConfigError(f"no runs to plot for {c.metric}")
+    fig, (ax,) = _figure(1)
+    for i, g in enumerate(c.groups):
+        at: dict[float, list[float]] = {}
+        for r in g.runs:
+            for xv, v in r.series:
+                at.setdefault(xv, []).append(v)
+        xs = sorted(at)
+        means = [sum(at[v]) / len(at[v]) for v in xs]
+        color = f"C{i % 10}"
+        label = " ".join(f"{k}={v}" for k, v in zip(c.by, g.key)) + f" (n={g.n})"
+        ax.plot(xs, means, color=color, label=label, marker="." if len(xs) <= 60 else None)
+        if g.n > 1:
+            ax.fill_between(xs, [min(at[v]) for v in xs], [max(at[v]) for v in xs], color=color, alpha=0.2,
+                            linewidth=0)
+    _axes(ax, c.x, c.metric)
+    ax.legend(fontsize="small", title="mean; band: min to max over runs")
+    fig.suptitle(f"{c.metric} by {', '.join(c.by)}")
+    newest = max((r for g in c.groups for r in g.runs), key=lambda r: r.run)
+    store = open_experiment(newest.experiment, home)
+    default = _safe(f"compare-{c.metric}-by-{'-'.join(c.by)}") + ".png"
+    return _save(fig, out, store, newest.run, default)

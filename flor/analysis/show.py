@@ -1,0 +1,170 @@
+"""One run at a glance: configuration, status, epochs, checkpoints, storage, replays and values."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from ..logs import merge_newest, read_run_logs
+from .frame import mark_hindsight, open_experiment, select_runs
+from .summary import summarize
+
+__all__ = ["run_report", "render_report"]
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t else "-"
+
+
+def run_report(name: str, run: str | None = None, *, home: Path | None = None) -> dict[str, Any]:
+    """Everything ``flor show`` prints, as data: ``run.json`` plus what is computed from the
+    store (checkpoints, sizes, replays, the last and best value of every logged name)."""
+    store = open_experiment(name, home)
+    (run_id,) = select_runs(store, run)
+    meta = store.read_run(run_id)
+    run_dir = store.run_path(run_id)
+    manifests = list(store.manifests(run_id))
+    ckpt_bytes = 0
+    for block, epoch, occ in manifests:
+        try:
+            ckpt_bytes += int(store.read_manifest(run_id, block, epoch, occ).get("new_bytes", 0))
+        except Exception:  # noqa: BLE001 - a damaged manifest is reported by replay, not here
+            pass
+    everything = read_run_logs(run_dir, run_id)
+    merged = mark_hindsight(merge_newest(everything), everything)
+    values = summarize(merged)
+    for m in values:
+        values[m]["hindsight"] = any(r.get("hindsight") for r in merged if r["name"] == m)
+    replays: dict[str, dict[str, Any]] = {}
+    for path in sorted((run_dir / "logs").glob("replay-*.summary.json")):
+        try:
+            s = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        r = replays.setdefault(str(s.get("replay")), {"workers": 0, "verdicts": set(), "hindsight": set()})
+        r["workers"] += 1
+        r["verdicts"].add(s.get("verdict", "?"))
+        r["hindsight"].update(s.get("hindsight") or [])
+    return {
+        "name": name, "run": run_id, "meta": meta, "run_dir": str(run_dir),
+        "checkpoints": len(manifests), "checkpoint_blocks": sorted({b for b, _, _ in manifests}),
+        "checkpoint_bytes": ckpt_bytes, "run_bytes": _dir_size(run_dir), "experiment_bytes": store.disk_usage(),
+        "values": values,
+        "replays": {k: {"workers": v["workers"], "verdict": " / ".join(sorted(v["verdicts"])),
+                        "hindsight": sorted(v["hindsight"])} for k, v in replays.items()},
+        "tensorboard": str(run_dir / "tb") if (run_dir / "tb").is_dir() else None,
+        "plots": sorted(p.name for p in (run_dir / "plots").glob("*.png")) if (run_dir / "plots").is_dir() else [],
+    }
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _policy(meta: dict[str, Any]) -> str:
+    policy = meta.get("checkpoint_policy")
+    if not isinstance(policy, dict):
+        every = meta.get("checkpoint_every")
+        return f", every {every} epoch(s)" if every else ""
+    if policy.get("every"):
+        how = f"every {policy['every']} epoch(s)"
+    else:
+        budget = policy.get("overhead_budget")
+        how = f"{policy.get('mode', 'adaptive')}" + (f", within {budget:.0%} overhead" if budget else "")
+    done = policy.get("checkpointed_epochs")
+    return f", {how}" + (f"; epochs checkpointed: {_ranges(done)}" if done else "")
+
+
+def _ranges(epochs: list[int]) -> str:
+    out: list[list[int]] = []
+    for e in sorted(epochs):
+        if out and out[-1][1] == e - 1:
+            out[-1][1] = e
+        else:
+            out.append([e, e])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def render_report(rep: dict[str, Any]) -> str:
+    meta = rep["meta"]
+    v = meta.get("versions") or {}
+    lines = [f"{rep['name']} run {rep['run']}: {meta.get('status', '?')}"
+             + (f" ({meta['error']})" if meta.get("error") else "")]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"  {label:<16}{text}")
+
+    row("command", "python " + shlex.join(meta.get("argv") or []))
+    if meta.get("script"):
+        row("script", f"{meta['script']} (sha256 {str(meta.get('script_sha256'))[:12]})")
+    git = meta.get("git")
+    if git:
+        dirty = "dirty, see source/diff.patch" if git.get("dirty") else "clean"
+        extra = f"; {len(git['untracked_included'])} untracked source files in the patch" \
+            if git.get("untracked_included") else ""
+        row("git", f"{str(git.get('commit'))[:12]} on {git.get('branch') or '?'}, {dirty}{extra}")
+    else:
+        row("git", "not in a git repository")
+    hp = meta.get("hyperparameters") or {}
+    row("hyperparameters", " ".join(f"{k}={_fmt(x)}" for k, x in hp.items()) or "none captured")
+    started, ended = meta.get("started"), meta.get("ended")
+    took = f", took {ended - started:.1f} s" if started and ended else ""
+    row("time", f"started {_when(started)}, ended {_when(ended)}{took}")
+    gpus = ", ".join(v.get("gpus") or []) or "none"
+    row("host", f"{v.get('host', '?')}: python {v.get('python', '?')}, torch {v.get('torch', '?')}, "
+                f"cuda {v.get('cuda') or '-'}, gpus {gpus}")
+    planned = meta.get("epochs_planned")
+    row("epochs", f"{meta.get('epochs_done', 0)}" + (f" of {planned}" if planned is not None else "") + " done")
+    fails = len(meta.get("checkpoint_failures") or [])
+    row("checkpoints", f"{rep['checkpoints']} ({', '.join(rep['checkpoint_blocks']) or 'no blocks'})"
+                       + _policy(meta) + (f", {fails} failed" if fails else ""))
+    row("storage", f"run folder {_size(rep['run_bytes'])}, new checkpoint bytes {_size(rep['checkpoint_bytes'])}, "
+                   f"experiment (shared objects) {_size(rep['experiment_bytes'])}")
+    if rep["replays"]:
+        for rid, r in rep["replays"].items():
+            hs = f"; hindsight: {', '.join(r['hindsight'])}" if r["hindsight"] else ""
+            row("replay", f"{rid}: {r['workers']} worker(s), {r['verdict']}{hs}")
+    else:
+        row("replays", "none")
+    if rep["tensorboard"]:
+        row("tensorboard", f"tensorboard --logdir {rep['tensorboard']}")
+    if rep["plots"]:
+        row("plots", ", ".join(rep["plots"]))
+    values = rep["values"]
+    if values:
+        head = ["name", "last", "(epoch)", "best", "(epoch)", "goal", "n", ""]
+        body = [[m, _fmt(x["final"]["value"]), str(x["final"]["epoch"]), _fmt(x["best"]["value"]),
+                 str(x["best"]["epoch"]), x["goal"], str(x["n"]), "hindsight" if x.get("hindsight") else ""]
+                for m, x in values.items()]
+        widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+        lines.append("  values (newest replay's where a replay logged them):")
+        for r in [head, *body]:
+            lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    else:
+        lines.append("  values          none logged inside the epoch loop")
+    return "\n".join(lines)
