@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["log_call", "storage", "record_overhead", "replay_speedup", "parallel_replay"]
+BENCHMARKS = ["log_call", "storage", "record_overhead", "replay_speedup", "parallel_replay", "flor_replay"]
 
 if __name__ == "__main__":
     failed = []

@@ -1,0 +1,269 @@
+"""Distributed training: one recording for all ranks, and ids that the workers of a launch share.
+
+A script trained with DDP under torchrun passes ``--flor NAME`` on every rank. flor makes one
+recording of it:
+
+* rank 0 records as usual: ``run.json``, checkpoints, ``logs/record.jsonl``, ``stdout.log``.
+  The ranks' states are identical (DDP keeps them so), so one copy is enough;
+* every other rank R writes only what it logged, to ``logs/record-rank<R>.jsonl``, and what
+  it printed, to ``stdout-rank<R>.log``. Readers tag those records with ``rank`` and leave
+  them out unless asked (``read_run_logs(..., ranks=True)``): rank 0's values are the run's;
+* the ranks agree on the run id through torchrun's own store (the elastic agent's TCPStore
+  at ``MASTER_ADDR:MASTER_PORT``), or, without torchrun, by a broadcast when the process
+  group is already up at the first flor call;
+* at the end of every block each rank hashes a small sample of every tensor it passed to
+  ``end()`` (at most 256 elements a tensor: microseconds, not a copy of the model) and the
+  ranks all-gather the fingerprints. Rank 0 warns, once per block, when a rank differs and
+  lists the epochs in ``run.json`` under ``rank_mismatches`` (BatchNorm statistics without
+  SyncBatchNorm, or rank-dependent seeds, do that). Replay restores rank 0's state.
+
+Replaying: every worker is a world of its own (``flor replay`` gives a DDP script
+``RANK=0 WORLD_SIZE=1``); a replay inside a process group of several ranks would mix epochs
+in their collectives, so it is refused (``check_replay_world``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from datetime import timedelta
+from typing import Any, Iterator, Mapping
+
+from .errors import ReplayError
+from .logs import LogWriter
+from .session import Session, as_result, warn
+from .settings import Settings
+
+__all__ = ["RankLink", "RankSession", "check_replay_world", "fingerprint", "record_rank", "shared_replay_id"]
+
+#: how long ranks wait for rank 0 to name the run (rank 0 may still be loading data)
+AGREE_TIMEOUT_S = float(os.environ.get("FLOR_RANK_TIMEOUT", "600"))
+_SAMPLE = 256
+
+
+def _dist() -> Any:
+    import torch.distributed as dist
+
+    return dist if dist.is_available() else None
+
+
+def _group_size() -> tuple[int, int] | None:
+    dist = _dist()
+    if dist is not None and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def record_rank(env: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """``(rank, world size)`` of this recording process: from torchrun's ``RANK``/``WORLD_SIZE``,
+    else from an initialized process group, else ``(0, 1)``."""
+    try:
+        rank, world = int(env.get("RANK", "")), int(env.get("WORLD_SIZE", ""))
+        if world > 1 and 0 <= rank < world:
+            return rank, world
+    except ValueError:
+        pass
+    return _group_size() or (0, 1)
+
+
+def _agent_store(env: Mapping[str, str] = os.environ) -> Any:
+    """A client of torchrun's store, or None when not under torchrun (or it cannot be reached)."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not env.get("MASTER_PORT"):
+        return None
+    try:
+        from torch.distributed import TCPStore
+
+        return TCPStore(env.get("MASTER_ADDR", "127.0.0.1"), int(env["MASTER_PORT"]), is_master=False,
+                        timeout=timedelta(seconds=AGREE_TIMEOUT_S))
+    except (RuntimeError, ValueError, ImportError) as exc:
+        warn(f"cannot reach torchrun's store at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')} ({exc})")
+        return None
+
+
+def _agree(key: str, mine: str | None, rank: int) -> str | None:
+    """The value rank 0 proposes for ``key``, on every rank; None when there is no channel."""
+    store = _agent_store()
+    full = f"flor/{key}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    if store is not None:
+        if rank == 0:
+            store.set(full, mine or "")
+            return mine
+        try:
+            return store.get(full).decode() or None
+        except RuntimeError as exc:  # the store's timeout
+            warn(f"rank {rank} waited {AGREE_TIMEOUT_S:.0f}s for rank 0 to start recording ({exc})")
+            return None
+    if _group_size() is not None:
+        box = [mine]
+        _dist().broadcast_object_list(box, src=0)
+        return box[0]
+    return None
+
+
+def shared_replay_id(settings: Settings) -> str | None:
+    """A replay id for the workers of one torchrun launch that derived none from the
+    environment: worker 0 makes it, the others get it through torchrun's store."""
+    if settings.placed_by != "torchrun" or settings.ngpus < 2 or settings.replay_id is not None:
+        return None
+    mine = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + uuid.uuid4().hex[:4] if settings.pid == 0 else None
+    return _agree(f"{settings.name}/replay", mine, settings.pid)
+
+
+def check_replay_world(ngpus: int, meta: dict, plan: Any, restorable: set[int]) -> list[str]:
+    """Refuse to replay inside a process group whose ranks replay different epochs; return
+    notes for a distributed recording whose replay re-executes epochs without checkpoints."""
+    group = _group_size()
+    if group is not None and ngpus > 1:
+        raise ReplayError(
+            f"this replay worker is rank {group[0]} of a process group of {group[1]}, and the ranks replay "
+            "different epochs, so collectives (DDP's gradient all-reduce, metric all-reduces) would mix "
+            "epochs: replay with `flor replay NAME -- python SCRIPT` (each worker a world of one), or start "
+            "each worker with RANK=0 WORLD_SIZE=1 and FLOR_REPLAY=PID/N"
+        )
+    world = int(meta.get("world_size") or 1)
+    missing = [e for e in range(plan.first, plan.stop) if e not in restorable]
+    if world > 1 and missing:
+        return [f"the run was recorded by {world} ranks (DDP) and epochs {missing[:10]} have no checkpoint: "
+                f"they re-execute here in a world of {group[1] if group else 1}, which does not reproduce "
+                "the distributed training; record with --flor_every 1 to checkpoint every epoch"]
+    return []
+
+
+def fingerprint(objs: Any) -> str:
+    """A cheap digest of the tensors and plain values in ``objs``: at most 256 evenly spaced
+    elements of each tensor, with its shape and dtype. Equal states give equal fingerprints;
+    ranks that drifted apart almost surely do not."""
+    import torch
+    import xxhash
+
+    h = xxhash.xxh3_64()
+
+    def walk(x: Any, depth: int = 0) -> None:
+        if depth > 50:
+            return
+        if isinstance(x, torch.Tensor):
+            flat = x.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // _SAMPLE)][:_SAMPLE].to("cpu").contiguous()
+            h.update(f"T{tuple(x.shape)}{x.dtype}".encode())
+            if sample.numel():
+                h.update(sample.view(torch.uint8).numpy().tobytes())
+        elif hasattr(x, "state_dict") and callable(x.state_dict):
+            walk(x.state_dict(), depth + 1)
+        elif isinstance(x, dict):
+            for k in sorted(x, key=str):
+                h.update(f"K{k}".encode())
+                walk(x[k], depth + 1)
+        elif isinstance(x, (list, tuple)):
+            h.update(f"L{len(x)}".encode())
+            for v in x:
+                walk(v, depth + 1)
+        elif isinstance(x, (int, float, str, bool)) or x is None:
+            h.update(f"V{x!r}".encode())
+        else:
+            h.update(f"O{type(x).__qualname__}".encode())
+
+    walk(objs)
+    return h.hexdigest()
+
+
+class RankLink:
+    """What the ranks of one recording share: the run id, and a fingerprint check per block."""
+
+    def __init__(self, name: str, rank: int, world: int) -> None:
+        self.name, self.rank, self.world = name, rank, world
+        self._group: Any = None
+        self._warned: set[str] = set()
+
+    @classmethod
+    def for_record(cls, name: str) -> "RankLink | None":
+        rank, world = record_rank()
+        return cls(name, rank, world) if world > 1 else None
+
+    def agree_run(self, run: str | None) -> str | None:
+        """Rank 0 passes its new run id; every rank gets it back (None: no channel to rank 0)."""
+        return _agree(f"{self.name}/run", run, self.rank)
+
+    def check(self, block: str, epoch: int | None, objs: Any, meta: dict | None = None) -> list[int]:
+        """All-gather every rank's fingerprint of ``objs``; the ranks that differ from rank 0.
+
+        Every rank calls it at the end of every block (the same points of the same script),
+        so the collective lines up; without a process group it does nothing.
+        """
+        dist = _dist()
+        if dist is None or _group_size() is None:
+            return []
+        if self._group is None:  # NCCL gathers objects through the GPU; a gloo group keeps it on the host
+            self._group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+        prints: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(prints, [fingerprint(o) for o in objs], group=self._group)
+        differ = [r for r, fp in enumerate(prints) if fp != prints[0]]
+        if differ and meta is not None:
+            args = sorted({i for fp in prints[1:] for i, (a, b) in enumerate(zip(prints[0], fp)) if a != b})
+            what = ", ".join(f"{i} ({type(objs[i]).__name__})" for i in args if i < len(objs))
+            found = meta.setdefault("rank_mismatches", [])
+            if len(found) < 100:
+                found.append({"block": block, "epoch": epoch, "ranks": differ, "arguments": args})
+            if block not in self._warned:
+                self._warned.add(block)
+                warn(f"the state of block {block!r} at epoch {epoch} differs between rank 0 and rank(s) "
+                     f"{differ} in end() argument(s) {what} (by fingerprint): replay restores rank 0's state, "
+                     "so values only the other ranks computed are not reproducible. Unsynchronized BatchNorm "
+                     "statistics or rank-dependent seeds do this; see run.json's rank_mismatches")
+        return differ
+
+
+class RankSession(Session):
+    """A rank other than 0 of a distributed recording: its logs and output, no checkpoints."""
+
+    mode = "record"
+
+    def __init__(self, settings: Settings, rank: int, world: int) -> None:
+        super().__init__(settings)
+        self.rank = rank
+        self.link = RankLink(settings.name or "", rank, world)
+        self.run = self.link.agree_run(None)
+        self.logs: LogWriter | None = None
+        if self.run is None:  # training goes on; this rank's logs are not kept, its checks still line up
+            warn(f"rank {rank} of {world} cannot learn the run id from rank 0, so its logs are not kept: "
+                 "launch with torchrun, or call torch.distributed.init_process_group before the first flor call")
+        else:
+            self.run_dir = self.store.run_path(self.run)
+            self.logs = LogWriter(self.run_dir / "logs" / f"record-rank{rank}.jsonl")
+            self.tee_output(self.run_dir / f"stdout-rank{rank}.log")
+        self._install_hooks()
+
+    def iterate(self, iterable: Any) -> Iterator[Any]:
+        self.begin_loop()
+        try:
+            for epoch, item in enumerate(iterable):
+                self.epoch = epoch
+                self.mark("epoch", epoch)
+                yield item
+                if self.logs is not None:
+                    self.logs.flush()
+        finally:
+            self.mark("after")
+            self.end_loop()
+
+    def step_into(self, name: str, probed: bool) -> bool:
+        self.open_block(name)
+        return True
+
+    def end(self, objs: tuple) -> Any:
+        name, epoch, _ = self.close_block()
+        self.link.check(name, epoch, objs)
+        return as_result(objs)
+
+    def write_log(self, name: str, value: Any, step: Any) -> None:
+        if self.logs is not None:
+            self.logs.add(name, value, self.epoch, step, self.open[0] if self.open else None, self.where())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.mark("end")
+        if self.logs is not None:
+            self.logs.flush()
+        self.untee_output()

@@ -1,0 +1,226 @@
+"""What a replay of a recorded run will cost: the inputs of ``flor.plan``'s cost model.
+
+The model (``flor.plan.estimate``): a worker takes its startup, plus, for each epoch it runs,
+the epoch's outer-loop seconds and, per block, either a restore (checkpointed and not probed,
+or any initialization epoch) or the block's recorded run time (probed, or no checkpoint) plus
+a check against the checkpoint. Workers that share cores (or a GPU) stretch by the share.
+
+Its inputs, all from the run directory:
+
+* per epoch, ``run.json``'s ``timings.epoch_s`` less its blocks' time and the recording's own
+  snapshot time (a replay does not snapshot): the outer-loop seconds;
+* per block, its manifest's ``block_s`` (run time) and ``bytes`` (restore time, at
+  ``RESTORE_BYTES_S`` plus ``RESTORE_FIXED_S`` a checkpoint); ``timings.blocks`` where an
+  epoch has no manifest;
+* startup: a worker's time outside its epochs (start-up to the first epoch, and wind-down
+  after the loop: summary, exit), as the last ``flor replay`` of the run measured it, else as
+  the recording spent it, else ``DEFAULT_STARTUP_S``;
+* which blocks the script now probes: ``step_into(..., probed=...)`` read from its source.
+
+On CPU the model also counts other processes' load (``/proc/loadavg``'s running tasks): the
+recording's timings are divided by the share of the cores it had (``run.json``'s
+``busy_cores``), and a replay's workers are stretched by the share they will have now.
+
+No torch here: the launcher imports this to print ``--plan`` before anything runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .plan import BlockCost, EpochCost, estimate, fastest, make_plan, restorable_epochs
+from .runinfo import busy_cores
+from .store import ExperimentStore
+
+__all__ = ["ReplayEstimate", "cores", "cpu_share", "epoch_costs", "estimate_replay", "load", "probed_blocks", "startup"]
+
+#: restore cost of a checkpoint: a fixed part (manifest, files, restore calls) and a rate
+#: (read, hash check, copy into the live tensors), measured on a 2-core VM with a warm page cache
+RESTORE_FIXED_S = 0.004
+RESTORE_BYTES_S = 400e6
+#: a worker's startup when neither the recording nor an earlier replay tells it
+DEFAULT_STARTUP_S = 5.0
+
+
+def load() -> float:
+    """Cores other processes keep busy now (sampled for 0.2 s; 0 where unknown)."""
+    return busy_cores(samples=10) or 0.0
+
+
+def cpu_share(threads: float, busy: float) -> float:
+    """How much slower CPU-bound work runs when ``threads`` threads of ours and a load of
+    ``busy`` from other processes share this machine's cores (at least 1)."""
+    return max(1.0, (threads + busy) / cores())
+
+
+def cores() -> int:
+    """CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def probed_blocks(script: Path | None) -> set[str] | bool:
+    """Names of the blocks ``script`` probes (``step_into(NAME, probed=...)`` with anything
+    but a literal False); True when a probed block's name is not a literal; empty when the
+    script cannot be read."""
+    if script is None or not script.is_file():
+        return set()
+    try:
+        tree = ast.parse(script.read_text(errors="replace"))
+    except SyntaxError:
+        return set()
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "step_into"):
+            continue
+        probed = next((k.value for k in node.keywords if k.arg == "probed"), None)
+        if probed is None and len(node.args) > 1:
+            probed = node.args[1]
+        if probed is None or (isinstance(probed, ast.Constant) and not probed.value):
+            continue
+        name = node.args[0] if node.args else None
+        if not isinstance(name, ast.Constant) or not isinstance(name.value, str):
+            return True
+        out.add(name.value)
+    return out
+
+
+def _restore_s(nbytes: float) -> float:
+    return RESTORE_FIXED_S + nbytes / RESTORE_BYTES_S
+
+
+def epoch_costs(store: ExperimentStore, run: str, meta: dict) -> list[EpochCost]:
+    """The recorded cost of every epoch of ``run``, for ``flor.plan.estimate``."""
+    manifests: dict[tuple[str, int, int], dict] = {}
+    for block, epoch, occ in store.manifests(run):
+        if epoch is None:
+            continue
+        try:
+            manifests[(block, epoch, occ)] = store.read_manifest(run, block, epoch, occ)
+        except Exception:  # noqa: BLE001 - an unreadable checkpoint is re-executed; cost it so
+            continue
+    timings = meta.get("timings") or {}
+    epoch_s = list(timings.get("epoch_s") or [])
+    by_name = {name: list(ts) for name, ts in (timings.get("blocks") or {}).items()}
+    mean = {name: (sum(ts) / len(ts) if ts else 0.0) for name, ts in by_name.items()}
+    sizes = [float(m.get("bytes") or 0) for m in manifests.values()]
+    typical_bytes = sum(sizes) / len(sizes) if sizes else 0.0
+    n = int(meta.get("epochs_planned") or meta.get("epochs_done") or len(epoch_s))
+    costs: list[EpochCost] = []
+    for e in range(n):
+        blocks, snap = [], 0.0
+        for name, occ in (meta.get("epoch_blocks") or {}).get(str(e), []):
+            m = manifests.get((name, e, occ))
+            run_s = float(m["block_s"]) if m and m.get("block_s") is not None else mean.get(name, 0.0)
+            nbytes = float(m.get("bytes") or 0) if m else typical_bytes
+            snap += float(m.get("snapshot_s") or 0) if m else 0.0
+            blocks.append(BlockCost(name, run_s, _restore_s(nbytes), m is not None))
+        full = epoch_s[e] if e < len(epoch_s) else sum(b.run_s for b in blocks)
+        costs.append(EpochCost(max(0.0, full - sum(b.run_s for b in blocks) - snap), tuple(blocks)))
+    return costs
+
+
+def _marks_times(marks: Path) -> tuple[float | None, float | None]:
+    """When the recording's first epoch began and its loop ended, from its output marks."""
+    first = after = None
+    try:
+        with open(marks, encoding="utf-8") as fh:
+            for line in fh:
+                rec = json.loads(line)
+                if rec.get("mark") == "epoch" and first is None:
+                    first = float(rec["t"])
+                elif rec.get("mark") == "after":
+                    after = float(rec["t"])
+    except (OSError, ValueError, KeyError):
+        pass
+    return first, after
+
+
+def startup(run_dir: Path, meta: dict) -> tuple[float, str]:
+    """Seconds from a worker's start to its first epoch, and where the number comes from."""
+    measured: list[tuple[float, float]] = []
+    for path in (run_dir / "logs").glob("launch-*.json"):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        share = float(rec.get("slowdown") or 1.0)  # what that launch's sharing made of it
+        values = [w["startup_s"] / share for w in rec.get("segments", []) if w.get("startup_s") is not None]
+        if values:
+            measured.append((float(rec.get("started") or 0), sorted(values)[len(values) // 2]))
+    if measured:
+        return max(measured)[1], "measured by the last flor replay of this run"  # already per unit of sharing
+    first, after = _marks_times(run_dir / "stdout.marks.jsonl")
+    if first is not None and meta.get("process_started"):
+        wind_down = max(0.0, float(meta.get("ended") or 0) - after) if after is not None else 0.0
+        return max(0.0, first - float(meta["process_started"])) + wind_down, \
+            "the recording's start-up and wind-down"
+    return DEFAULT_STARTUP_S, "assumed: nothing measured yet"
+
+
+@dataclass
+class ReplayEstimate:
+    """The plan and estimated seconds of a replay with ``workers`` workers, and the fastest count."""
+
+    workers: int
+    plans: list[Any]
+    seconds: list[float]
+    fastest: tuple[int, float]
+    by_count: dict[int, float]
+    startup_s: float
+    startup_from: str
+    probed: set[str] | bool
+    slowdown: float
+    threads: int
+    busy: float = 0.0  # the load of other processes when estimated
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_s(self) -> float:
+        return max(self.seconds) if self.seconds else 0.0
+
+
+def _slowdown(n: int, threads: int, gpus: Sequence[str] | None, busy: float) -> float:
+    if gpus:
+        return float(-(-n // len(gpus)))  # workers sharing one GPU take turns
+    return cpu_share(n * threads, busy)
+
+
+def _unshared(costs: list[EpochCost], share: float) -> list[EpochCost]:
+    """The recording's timings as they would be on an idle machine: divided by the CPU share it had."""
+    return [EpochCost(c.outer_s / share, tuple(BlockCost(b.name, b.run_s / share, b.restore_s, b.checkpointed)
+                                               for b in c.blocks)) for c in costs]
+
+
+def estimate_replay(store: ExperimentStore, run: str, meta: dict, *, workers: int, script: Path | None,
+                    within: range | None = None, strong: bool = False, threads: int | None = None,
+                    gpus: Sequence[str] | None = None) -> ReplayEstimate:
+    """Plan ``workers`` workers over ``run`` and estimate their time, and the fastest count."""
+    costs = epoch_costs(store, run, meta)
+    restorable = restorable_epochs(meta.get("epoch_blocks") or {}, set(store.manifests(run)))
+    start_s, source = startup(store.run_path(run), meta)
+    t = int(threads or meta.get("torch_threads") or 1)
+    busy = 0.0
+    if not gpus:  # on CPU, other processes' load slowed the recording and will slow the replay
+        recorded_share = cpu_share(int(meta.get("torch_threads") or 1), float(meta.get("busy_cores") or 0.0))
+        costs = _unshared(costs, recorded_share)
+        if not source.startswith("measured"):
+            start_s /= recorded_share
+        busy = load()
+    probed = probed_blocks(script)
+    kw: dict[str, Any] = {"startup_s": start_s, "probed": probed, "strong": strong, "within": within}
+    seconds = estimate(costs, workers, restorable, slowdown=_slowdown(workers, t, gpus, busy), **kw)
+    limit = len(gpus) if gpus else max(1, cores() // t)
+    by_count = {n: max(estimate(costs, n, restorable, slowdown=_slowdown(n, t, gpus, busy), **kw))
+                for n in range(1, max(1, min(limit, len(within) if within is not None else len(costs))) + 1)}
+    best = fastest(costs, restorable, max_workers=limit, slowdown=lambda n: _slowdown(n, t, gpus, busy), **kw)
+    plans = [make_plan(len(costs), p, workers, restorable, strong=strong, within=within) for p in range(workers)]
+    return ReplayEstimate(workers, plans, seconds, best, by_count, start_s, source, probed,
+                          _slowdown(workers, t, gpus, busy), t, busy=busy)

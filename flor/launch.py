@@ -1,0 +1,388 @@
+"""``flor replay``: parallel replay on this machine, its plan, and merged reports.
+
+``flor replay NAME -- python train.py ARGS`` plans the segments (``flor.plan``), starts one
+worker process per segment with ``FLOR_NAME``, ``FLOR_REPLAY=PID/N``, a shared
+``FLOR_REPLAY_ID`` and the recorded run pinned (``FLOR_RUN``), streams each worker's output
+with a ``[wN]`` prefix, shows one progress line (epochs done of all, ETA) read from the
+workers' epoch marks (``replay-<id>-<N>.marks.jsonl``, never from the script's output), and
+ends with one verification summary merged from the workers' ``*.summary.json``.
+
+Placement. With GPUs each worker sees one (``CUDA_VISIBLE_DEVICES``; workers beyond the GPU
+count share them round-robin). On CPU every worker keeps the recorded torch thread count,
+because CPU kernels can round differently with another count and replay promises bit-exact
+values; the launcher sets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` to that count too and says
+when workers x threads exceed the cores. ``--threads N`` trades exactness for speed.
+A recording made under DDP gets ``RANK=0 WORLD_SIZE=1`` and its own ``MASTER_PORT`` per
+worker: every worker is a world of one (see ``flor.ddp``).
+
+Failures and resuming. A worker that fails is reported with its segment, exit status and
+last lines; the others finish. The launch is kept in ``runs/<run>/logs/launch-<id>.json``;
+running the same command again (same script, arguments and worker count) resumes it: a
+segment is done when its worker's summary exists with no failure, and only the others run
+(``--fresh`` starts over).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from .errors import ConfigError
+from .estimate import ReplayEstimate, cores, estimate_replay
+from .logs import retire_worker_files
+from .plan import select
+from .report import clock, merged_summary, span
+from .workers import WorkerState, failure
+from .session import pid_alive
+from .store import ExperimentStore
+
+__all__ = ["Launch", "detect_gpus", "run_launch"]
+
+_PLACEMENT_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                   "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
+                   "SLURM_ARRAY_TASK_MIN", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID")
+
+
+def new_replay_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + uuid.uuid4().hex[:4]
+
+
+def detect_gpus(spec: str, env: dict[str, str] | None = None) -> list[str]:
+    """GPU ids for the workers: ``none``, a list like ``0,1,3``, or ``auto`` (``CUDA_VISIBLE_DEVICES``
+    when set, else what ``nvidia-smi -L`` lists, else none: CPU)."""
+    env = dict(os.environ if env is None else env)
+    if spec == "none":
+        return []
+    if spec != "auto":
+        gpus = [g.strip() for g in spec.split(",") if g.strip()]
+        if not gpus or len(set(gpus)) != len(gpus):
+            raise ConfigError(f"--gpus {spec!r}: give distinct GPU ids like 0,1,2, or auto, or none")
+        return gpus
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
+
+
+def _script_of(command: Sequence[str]) -> Path | None:
+    for word in command[1:] if len(command) > 1 else command:
+        if word.endswith(".py"):
+            return Path(word)
+    return None
+
+
+def _sha256(path: Path | None) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
+    except OSError:
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Launch:
+    """One ``flor replay`` of a recorded run on this machine."""
+
+    def __init__(self, store: ExperimentStore, run: str, command: list[str], *, workers: int | None,
+                 gpus: list[str], epoch_range: tuple[int, int | None] | None, strong: bool,
+                 threads: int | None, fresh: bool, out: TextIO, err: TextIO) -> None:
+        self.store, self.run, self.command = store, run, command
+        self.meta = store.read_run(run)
+        self.run_dir = store.run_path(run)
+        self.gpus, self.strong, self.threads = gpus, strong, threads
+        self.epoch_range = epoch_range
+        self.out, self.err = out, err
+        self.script = _script_of(command)
+        n_epochs = int(self.meta.get("epochs_planned") or self.meta.get("epochs_done") or 0)
+        self.within = select(n_epochs, epoch_range) if epoch_range else None
+        if self.within is not None and len(self.within) == 0:
+            raise ConfigError(f"--epochs {epoch_range[0]}:{epoch_range[1] if epoch_range[1] is not None else ''} "
+                              f"selects no epoch of run {run}, which has epochs 0 to {n_epochs - 1}")
+        self.workers = workers
+        earlier = None if fresh else self._resumable()
+        if earlier is not None:  # resuming: the same segments as before
+            workers = int(earlier["workers"])
+        elif not workers:
+            workers = len(gpus) or estimate_replay(store, run, self.meta, workers=1, script=self.script,
+                                                   within=self.within, strong=strong, threads=threads).fastest[0]
+        self.workers = workers
+        self.estimate: ReplayEstimate = estimate_replay(
+            store, run, self.meta, workers=self.workers, script=self.script, within=self.within, strong=strong,
+            threads=threads, gpus=gpus)
+        self.replay_id, self.resumed = (str(earlier["replay"]), True) if earlier is not None else (new_replay_id(), False)
+        self.states = [WorkerState(w, self.estimate.plans[w]) for w in range(self.workers)]
+        self._lock = threading.Lock()
+        self._bar_shown = False
+        self._last_progress = ""
+        self._last_print = 0.0
+        self.started = time.time()
+
+    # -- the launch record and resuming ------------------------------------------------
+
+    def _identity(self) -> dict[str, Any]:
+        return {"command": self.command, "script_sha256": _sha256(self.script), "workers": self.workers,
+                "epochs": list(self.epoch_range) if self.epoch_range else None, "strong": self.strong,
+                "threads": self.threads}
+
+    def _resumable(self) -> dict | None:
+        """The newest launch of this run, if it did not finish and ran the same command (the same
+        script bytes, selection and options, and worker count when one is given); None otherwise."""
+        records = []
+        for path in (self.run_dir / "logs").glob("launch-*.json"):
+            try:
+                records.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+        if not records:
+            return None
+        newest = max(records, key=lambda r: float(r.get("started") or 0))
+        wanted = {k: v for k, v in self._identity().items() if k != "workers" or self.workers}
+        if newest.get("status") == "finished" or any(newest.get(k) != v for k, v in wanted.items()):
+            return None
+        if newest.get("status") == "running" and newest.get("host") == socket.gethostname() \
+                and newest.get("pid") and pid_alive(int(newest["pid"])):
+            raise ConfigError(f"replay {newest['replay']} of this run is still running (flor replay, "
+                              f"pid {newest['pid']}): wait for it, or start another with --fresh")
+        return newest
+
+    def worker_done(self, w: int) -> bool:
+        """A segment is done when its worker's summary exists and reports no failure."""
+        path = self.run_dir / "logs" / f"replay-{self.replay_id}-{w}.summary.json"
+        try:
+            s = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        plan = self.states[w].plan
+        return s.get("exit") is None and s.get("segment") in (None, [plan.segment.start, plan.segment.stop])
+
+    def write_record(self, status: str, summary: dict | None = None) -> None:
+        rec = {
+            "replay": self.replay_id, "name": self.store.name, "run": self.run, **self._identity(),
+            "gpus": self.gpus, "status": status, "started": self.started, "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "ended": time.time() if status != "running" else None,
+            "estimate_s": round(self.estimate.total_s, 3), "startup_from": self.estimate.startup_from,
+            "slowdown": round(self.estimate.slowdown, 3), "busy_cores": round(self.estimate.busy, 2),
+            "segments": [{
+                "worker": s.index, "segment": [s.plan.segment.start, s.plan.segment.stop],
+                "init": [s.plan.init.start, s.plan.init.stop], "skipped": s.skipped, "rc": s.rc,
+                "startup_s": round(s.fixed_s(), 3) if s.fixed_s() is not None else None,
+                "seconds": round(s.exited - s.spawned, 3) if s.exited and s.spawned else None,
+                "estimate_s": round(self.estimate.seconds[s.index], 3),
+            } for s in self.states],
+            "summary": summary,
+        }
+        self.store.write_json(self.store.run_key(self.run, "logs", f"launch-{self.replay_id}.json"), rec, durable=False)
+
+    # -- workers -------------------------------------------------------------------------
+
+    def env(self, w: int) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOR_") or k in ("FLOR_HOME", "FLOR_SPOOL")}
+        for k in _PLACEMENT_VARS:
+            env.pop(k, None)
+        env.update({"FLOR_NAME": self.store.name, "FLOR_REPLAY": f"{w}/{self.workers}",
+                    "FLOR_REPLAY_ID": self.replay_id, "FLOR_RUN": self.run, "PYTHONUNBUFFERED": "1"})
+        if self.epoch_range:
+            a, b = self.epoch_range
+            env["FLOR_EPOCHS"] = f"{a}:{'' if b is None else b}"
+        if self.strong:
+            env["FLOR_STRONG"] = "1"
+        if self.threads:
+            env["FLOR_THREADS"] = str(self.threads)
+        threads = str(self.estimate.threads)
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = threads
+        env["CUDA_VISIBLE_DEVICES"] = self.gpus[w % len(self.gpus)] if self.gpus else ""
+        if int(self.meta.get("world_size") or 1) > 1:  # a DDP recording: each worker a world of one
+            env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+        return env
+
+    def _emit(self, stream: TextIO, text: str) -> None:
+        with self._lock:
+            if self._bar_shown:
+                self.err.write("\r\x1b[K")
+                self.err.flush()
+                self._bar_shown = False
+            stream.write(text)
+            stream.flush()
+
+    def _pump(self, state: WorkerState) -> None:
+        assert state.proc is not None and state.proc.stdout is not None
+        for line in state.proc.stdout:
+            state.tail.append(line.rstrip("\n"))
+            self._emit(self.out, f"[w{state.index}] {line if line.endswith(chr(10)) else line + chr(10)}")
+
+    def start(self, state: WorkerState) -> None:
+        state.spawned = time.time()
+        state.proc = subprocess.Popen(self.command, env=self.env(state.index), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, bufsize=1, errors="replace")
+        threading.Thread(target=self._pump, args=(state,), daemon=True, name=f"flor-w{state.index}").start()
+
+    # -- progress ------------------------------------------------------------------------
+
+    def _progress(self) -> str:
+        total = sum(len(s.plan.segment) for s in self.states)
+        done = sum(len(s.plan.segment) if s.skipped else min(s.done_epochs, len(s.plan.segment)) for s in self.states)
+        now = time.time()
+        etas = []
+        for s in self.states:
+            if s.skipped or s.rc is not None:
+                continue
+            left = len(s.plan.segment) + len(s.plan.init) - s.completed
+            if s.completed and s.last_mark and s.first_epoch:  # the worker's own pace so far
+                rate = (s.last_mark - s.first_epoch) / s.completed
+                etas.append(max(0.0, left * rate - (now - s.last_mark)))
+            else:
+                etas.append(max(0.0, self.estimate.seconds[s.index] - (now - s.spawned)))
+        running = sum(1 for s in self.states if s.spawned and s.rc is None)
+        eta = f"ETA {clock(max(etas))}" if etas else "finishing"
+        width = 24
+        filled = int(width * done / total) if total else width
+        return (f"flor replay {self.replay_id}: [{'#' * filled}{'.' * (width - filled)}] {done}/{total} epochs, "
+                f"{running} of {self.workers} workers running, {eta}")
+
+    def show_progress(self, force: bool = False) -> None:
+        line = self._progress()
+        with self._lock:
+            if self.err.isatty():
+                self.err.write("\r\x1b[K" + line)
+                self.err.flush()
+                self._bar_shown = True
+            else:
+                key = line.split(" workers running")[0]
+                if key != self._last_progress and (force or time.time() - self._last_print >= 1.0):
+                    self.err.write(line + "\n")
+                    self.err.flush()
+                    self._last_progress, self._last_print = key, time.time()
+
+    # -- the whole launch ----------------------------------------------------------------
+
+    def prepare(self) -> list[WorkerState]:
+        """Announce the launch, write its record, and return the workers still to run."""
+        pending = []
+        for s in self.states:
+            if len(s.plan.segment) == 0 or (self.resumed and self.worker_done(s.index)):
+                s.skipped = True
+            else:
+                pending.append(s)
+        what = f"epochs {span(self.within)}" if self.within is not None else f"all {self.estimate.plans[0].epochs} epochs"
+        resumed = f", resuming: {len(pending)} of {self.workers} segments left" if self.resumed else ""
+        self._emit(self.err, f"flor: replay {self.replay_id} of {self.store.name} run {self.run}: {what}, "
+                             f"{self.workers} workers{resumed}; estimated {clock(self.estimate.total_s)}\n")
+        for note in self._placement_notes():
+            self._emit(self.err, f"flor: {note}\n")
+        for s in pending:  # an earlier attempt's files go first, so its marks are not read as progress
+            retire_worker_files(self.run_dir, self.replay_id, s.index)
+        for s in pending:
+            gpu = f" on GPU {self.gpus[s.index % len(self.gpus)]}" if self.gpus else ""
+            self._emit(self.err, f"flor: worker {s.index}: epochs {span(s.plan.segment)} (initialization "
+                                 f"{span(s.plan.init)}){gpu}\n")
+        self.write_record("running")
+        return pending
+
+    def marks(self, s: WorkerState) -> Path:
+        return self.run_dir / f"replay-{self.replay_id}-{s.index}.marks.jsonl"
+
+    def run_all(self) -> int:
+        """Run the pending workers as processes of this machine; the exit status for the CLI."""
+        pending = self.prepare()
+        for s in pending:
+            self.start(s)
+        try:
+            while any(s.rc is None for s in pending):
+                time.sleep(0.25)
+                for s in pending:
+                    if s.rc is None and s.proc is not None:
+                        s.read_marks(self.marks(s))
+                        s.rc = s.proc.poll()
+                        s.exited = time.time() if s.rc is not None else None
+                self.show_progress()
+        except KeyboardInterrupt:
+            for s in pending:
+                if s.proc is not None and s.proc.poll() is None:
+                    s.proc.terminate()
+            for s in pending:
+                if s.proc is not None:
+                    s.rc = s.proc.wait()
+                    s.exited = s.exited or time.time()
+            self._emit(self.err, "\nflor: interrupted; run the same command again to replay only the missing segments\n")
+        time.sleep(0.1)  # let the output threads print the workers' last lines
+        return self.conclude(pending)
+
+    def conclude(self, pending: list[WorkerState]) -> int:
+        """Merge the workers' summaries, print and keep them; 0 done, 1 a worker failed, 3 diverged (strict)."""
+        for s in pending:
+            s.read_marks(self.marks(s))
+        self.show_progress(force=True)
+        if self._bar_shown:
+            self._emit(self.err, "\n")
+        failed = [s for s in pending if not (s.rc in (0, 3) and self.worker_done(s.index))]
+        summary = merged_summary(self.run_dir, self.replay_id, self.workers,
+                                 failures={s.index: failure(s) for s in failed}, header=self._header())
+        self._emit(self.err, summary["text"] + "\n")
+        self.write_record("finished" if not failed else "failed", {k: v for k, v in summary.items() if k != "text"})
+        if failed:
+            return 1
+        return 3 if any(s.rc == 3 for s in pending) else 0
+
+    def _header(self) -> str:
+        took = time.time() - self.started
+        return (f"flor: replay {self.replay_id} of {self.store.name} run {self.run}: {self.workers} workers, "
+                f"{took:.1f} s (estimated {self.estimate.total_s:.1f} s)")
+
+    def _placement_notes(self) -> list[str]:
+        notes = []
+        t, n = self.estimate.threads, self.workers
+        if not self.gpus and n * t > cores():
+            notes.append(f"{n} workers x {t} torch thread(s) exceed this machine's {cores()} cores; each worker keeps "
+                         f"the recorded thread count for bit-exact values (--threads trades that for speed)")
+        if self.gpus and n > len(self.gpus):
+            notes.append(f"{n} workers share {len(self.gpus)} GPU(s) round-robin")
+        if self.threads and self.threads != self.meta.get("torch_threads"):
+            notes.append(f"--threads {self.threads}: not the recorded {self.meta.get('torch_threads')}; "
+                         "values may differ from the recording in the last bits")
+        return notes
+
+
+def run_launch(store: ExperimentStore, run: str, command: list[str], *, workers: int | None, gpus: list[str],
+               epoch_range: tuple[int, int | None] | None, strong: bool, threads: int | None, fresh: bool,
+               ray: str | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Replay ``run`` with ``command`` over ``workers`` processes of this machine, or as Ray
+    tasks when ``ray`` is given (``""``: a local Ray, or ``RAY_ADDRESS``); the CLI's exit status."""
+    if not command:
+        raise ConfigError("give the training command after --, e.g. flor replay NAME -- python train.py --epochs 8")
+    for i, word in enumerate(command):
+        flag, eq, value = word.partition("=")
+        if flag in ("--replay_flor", "--flor_run", "--flor_epochs", "--flor_threads", "--flor_strong"):
+            raise ConfigError(f"leave {flag} out of the command: flor replay sets it for each worker "
+                              f"(the command was: {shlex.join(command)})")
+        if flag == "--flor":
+            given = value if eq else (command[i + 1] if i + 1 < len(command) else "")
+            if given != store.name:
+                raise ConfigError(f"the command names --flor {given} but this replays {store.name}; "
+                                  "leave --flor out of the command")
+    launch = Launch(store, run, command, workers=workers, gpus=gpus, epoch_range=epoch_range, strong=strong,
+                    threads=threads, fresh=fresh, out=out, err=err)
+    if ray is not None:
+        from .rayreplay import run_ray
+
+        return run_ray(launch, ray or None, err=err)
+    return launch.run_all()

@@ -1,0 +1,125 @@
+"""One view of a replay's many workers: the merged verification summary, the report of any
+replay of a run (placed by ``flor replay``, torchrun, Slurm or Ray: only the files are read),
+and the ``flor replay --plan`` printout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from .errors import FlorError
+from .estimate import ReplayEstimate, cores
+from .store import ExperimentStore
+from .verify import BlockEvent, Summary
+
+__all__ = ["clock", "merged_summary", "print_plan", "replay_report", "span"]
+
+
+def span(r: range | Sequence[int] | None) -> str:
+    if r is None or len(r) == 0:
+        return "none"
+    return f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}"
+
+
+def clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
+                   failures: dict[int, str] | None = None, header: str | None = None) -> dict[str, Any]:
+    """One verification report for all workers of a replay, from their ``*.summary.json``.
+
+    Workers without a summary (not run yet, killed) are listed as missing. Works for replays
+    placed by ``flor replay``, torchrun, Slurm or Ray alike: only the files are read.
+    """
+    found: dict[int, dict] = {}
+    for path in (run_dir / "logs").glob(f"replay-{replay_id}-*.summary.json"):
+        tail = path.name[len(f"replay-{replay_id}-"):-len(".summary.json")]
+        if not tail.isdigit():
+            continue
+        try:
+            found[int(tail)] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    n = workers or max([int(s.get("ngpus") or 1) for s in found.values()] or [0])
+    failures = dict(failures or {})
+    merged = Summary(header=header or f"flor: replay {replay_id}: {n} workers")
+    lines: list[str] = []
+    notes: list[str] = []
+    for w in range(n):
+        s = found.get(w)
+        if s is None:
+            failures.setdefault(w, f"worker {w} has no summary: it has not run, or was killed")
+            lines.append(f"  worker {w}: missing")
+            continue
+        if s.get("exit") is not None:
+            failures.setdefault(w, f"worker {w} failed ({s['exit']})")
+        seg, init = s.get("segment"), s.get("init")
+        c = s.get("counts") or {}
+        lines.append(f"  worker {w}: epochs {span(range(*seg)) if seg else 'none'} (initialization "
+                     f"{span(range(*init)) if init else 'none'}): {s.get('verdict')}, {c.get('restored', 0)} restored, "
+                     f"{c.get('matched', 0) + c.get('diverged', 0)} checked, {c.get('executed', 0)} re-executed")
+        merged.events.extend(BlockEvent(**b) for b in s.get("blocks") or [])
+        merged.shared_logs += int(s.get("shared_logs") or 0)
+        merged.log_mismatches.extend(s.get("log_mismatches") or [])
+        merged.hindsight = sorted(set(merged.hindsight) | set(s.get("hindsight") or []))
+        notes.extend(x for x in s.get("notes") or [] if x not in notes)
+    merged.notes = notes
+    if failures:
+        merged.failed = f"{len(failures)} of {n} workers did not finish"
+    text = merged.render().split("\n")
+    body = [text[0], *lines, *text[1:-1]]
+    body.extend(f"  {f}" for f in failures.values())
+    verdict_line = text[-1]
+    if failures:
+        verdict_line += "; run the same `flor replay` command again to replay only the missing segments"
+    body.append(verdict_line)
+    out = merged.to_json()
+    out.pop("blocks")
+    return {**out, "replay": replay_id, "workers": n, "missing": sorted(failures), "text": "\n".join(body)}
+
+
+def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: dict, gpus: list[str], within: range | None,
+               out: TextIO) -> None:
+    """``flor replay --plan``: the segments, initialization epochs and estimated times."""
+    n_epochs = int(meta.get("epochs_planned") or meta.get("epochs_done") or 0)
+    probed = "all" if est.probed is True else (", ".join(sorted(est.probed)) or "none")
+    out.write(f"flor replay --plan: {name} run {run}: {n_epochs} epochs recorded"
+              + (f", replaying {span(within)}" if within is not None else "") + f"; blocks probed: {probed}\n")
+    where = f"{len(gpus)} GPU(s) ({','.join(gpus)})" if gpus else \
+        f"{cores()} CPU cores (load {est.busy:.1f} from other processes), {est.threads} torch thread(s) a worker"
+    out.write(f"  on this machine: {where}; worker startup {est.startup_s:.1f} s ({est.startup_from})\n")
+    out.write(f"  {est.workers} worker(s):\n")
+    for p, secs in zip(est.plans, est.seconds):
+        out.write(f"    worker {p.pid}: epochs {span(p.segment):<9} initialization epochs {span(p.init):<9} "
+                  f"estimated {secs:7.1f} s\n")
+    out.write(f"  estimated time: {est.total_s:.1f} s" + (f" (workers slowed {est.slowdown:.1f}x by sharing)"
+                                                          if est.slowdown > 1 else "") + "\n")
+    counts = ", ".join(f"{n}: {t:.1f} s" for n, t in est.by_count.items())
+    out.write(f"  fastest: {est.fastest[0]} worker(s), estimated {est.fastest[1]:.1f} s  (by worker count: {counts})\n")
+
+
+def replay_report(store: ExperimentStore, run: str, replay_id: str | None) -> dict[str, Any]:
+    """The merged summary of one replay of ``run`` (default: the newest), however it was placed."""
+    logs = store.run_path(run, "logs")
+    paths = sorted(logs.glob("replay-*.summary.json"), key=lambda p: p.stat().st_mtime)
+    ids = list(dict.fromkeys(p.name[len("replay-"):].rsplit("-", 1)[0] for p in paths))
+    if replay_id is None:
+        if not ids:
+            raise FlorError(f"run {run} of {store.name} has no replay yet; start one with `flor replay {store.name} -- "
+                            f"python SCRIPT.py ARGS`")
+        replay_id = ids[-1]
+    elif replay_id not in ids:
+        raise FlorError(f"run {run} has no replay {replay_id!r}; its replays: {', '.join(ids) or 'none'}")
+    workers = None
+    record = logs / f"launch-{replay_id}.json"
+    if record.is_file():
+        try:
+            workers = int(json.loads(record.read_text()).get("workers") or 0) or None
+        except (OSError, ValueError):
+            pass
+    return merged_summary(store.run_path(run), replay_id, workers)

@@ -1,0 +1,260 @@
+"""``flor replay``: the launcher on CPU, resuming after a killed worker, epoch selection,
+Slurm placement by hand, ``--plan``, and the merged views.
+
+Every replayed value is compared with a full re-execution of the edited script, bit for bit.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner, values
+from flor.estimate import probed_blocks
+from flor.launch import Launch, detect_gpus
+from flor.logs import merge_newest, read_run_logs
+from flor.plan import make_plan
+from flor.report import merged_summary
+from flor.settings import parse
+from flor.store import ExperimentStore
+from flor.workers import WorkerState
+
+EPOCHS = 6
+# a hindsight log in the outer loop; KILL_AT=E makes the worker SIGKILL itself at epoch E (the
+# kill sits inside the flor.log call, so the edit still counts as logging only)
+OUTER = {"    # OUTER": '    flor.log("wnorm", float(sum(p.detach().double().norm() for p in net.parameters())) '
+                       'if __import__("os").environ.get("KILL_AT") != str(epoch) else '
+                       '__import__("os").kill(__import__("os").getpid(), 9))'}
+PROBED = {'step_into("training_loop")': 'step_into("training_loop", probed=True)'}
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory) -> Runner:
+    """toy.py recorded once, and the edited script run in full (the values replay must give)."""
+    r = Runner(tmp_path_factory.mktemp("launch"))
+    r.run(r.script(), "--epochs", str(EPOCHS), "--flor", "toy")
+    r.run(r.script(edits=OUTER, dest="outer.py"), "--epochs", str(EPOCHS), "--flor", "full")
+    r.script(edits=PROBED, dest="probed.py")
+    return r
+
+
+def flor_replay(r: Runner, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flor", "replay", "toy", *args], cwd=r.cwd, env=env or r.env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def replay_logs(r: Runner, replay: str) -> list[dict]:
+    run_dir = next((r.home / "toy" / "runs").iterdir())
+    return [x for x in read_run_logs(run_dir, run_dir.name) if x["replay"] == replay]
+
+
+def replay_id(proc: subprocess.CompletedProcess) -> str:
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("flor: replay "))
+    return line.split()[2]
+
+
+def test_two_workers_killed_midway_then_resumed(rec):
+    """Worker 1 dies at epoch 4; worker 0 finishes; rerunning replays only segment 1; every
+    epoch is replayed exactly once, with the values of a full re-execution."""
+    cmd = ["--workers", "2", "--", sys.executable, "outer.py", "--epochs", str(EPOCHS)]
+    first = flor_replay(rec, *cmd, env=rec.env(KILL_AT="4"))
+    assert first.returncode == 1, first.stderr
+    assert "worker 1 (epochs 3-5) failed: killed by SIGKILL; its last lines:" in first.stderr
+    assert "epoch 3 acc" in first.stderr.split("killed by SIGKILL")[1]  # the worker's output tail
+    assert "[w0] epoch 2 acc" in first.stdout and "[w1] epoch 3 acc" in first.stdout  # streamed, prefixed
+    assert "run the same `flor replay` command again" in first.stderr
+    rid = replay_id(first)
+
+    second = flor_replay(rec, *cmd)
+    assert second.returncode == 0, second.stderr
+    assert f"flor: replay {rid} " in second.stderr and "resuming: 1 of 2 segments left" in second.stderr
+    assert "[w0]" not in second.stdout and "[w1] epoch 5 acc" in second.stdout
+    assert "flor: replay verified exact: 6 blocks restored" in second.stderr
+    assert "worker 0: epochs 0-2 (initialization none): verified exact" in second.stderr
+
+    logs = replay_logs(rec, rid)
+    wnorm = sorted((x["epoch"], x["worker"]) for x in logs if x["name"] == "wnorm")
+    assert wnorm == [(e, 0 if e < 3 else 1) for e in range(EPOCHS)]  # each epoch exactly once
+    assert values(logs) == values(rec.logs("full"), "record")
+    run_dir = next((rec.home / "toy" / "runs").iterdir())
+    killed = run_dir / "attempts" / f"{rid}-1-0"
+    assert (killed / f"replay-{rid}-1.log").is_file()  # the killed attempt is kept, out of the readers' way
+    record = json.loads((run_dir / "logs" / f"launch-{rid}.json").read_text())
+    assert record["status"] == "finished" and [w["skipped"] for w in record["segments"]] == [True, False]
+    # the worker's start-up and wind-down, measured for the next --plan
+    assert 0 < record["segments"][1]["startup_s"] < record["segments"][1]["seconds"]
+
+
+def test_one_worker_gives_the_same_values(rec):
+    proc = flor_replay(rec, "--workers", "1", "--fresh", "--", sys.executable, "outer.py", "--epochs", str(EPOCHS))
+    assert proc.returncode == 0, proc.stderr
+    assert "worker 0: epochs 0-5 (initialization none): verified exact" in proc.stderr
+    assert values(replay_logs(rec, replay_id(proc))) == values(rec.logs("full"), "record")
+
+
+def test_epoch_selection_replays_only_those_epochs(rec):
+    proc = flor_replay(rec, "--workers", "2", "--epochs", "2:5", "--", sys.executable, "outer.py",
+                       "--epochs", str(EPOCHS))
+    assert proc.returncode == 0, proc.stderr
+    assert "epochs 2-4, 2 workers" in proc.stderr
+    assert "worker 1: epochs 3-4 (initialization 2)" in proc.stderr
+    logs = replay_logs(rec, replay_id(proc))
+    assert sorted(x["epoch"] for x in logs if x["name"] == "wnorm") == [2, 3, 4]
+    full = values(rec.logs("full"), "record")
+    assert values(logs) == {k: v for k, v in full.items() if k[1] in (2, 3, 4)}
+
+
+def test_slurm_array_by_hand_and_the_merged_report(rec):
+    """Two array tasks placed only by Slurm's variables share a replay id; --report merges them;
+    the newest replay wins per epoch in the merged view."""
+    procs = [subprocess.Popen([sys.executable, "outer.py", "--epochs", str(EPOCHS), "--flor", "toy", "--replay_flor"],
+                              cwd=rec.cwd, env=rec.env(SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID=str(t),
+                                                       SLURM_ARRAY_TASK_COUNT="2", SLURM_ARRAY_TASK_MIN="0"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for t in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert "worker 1/2: epochs 3-5" in outs[1][1]
+    report = flor_replay(rec, "--report", "slurm4242")
+    assert report.returncode == 0, report.stderr
+    assert "worker 0: epochs 0-2" in report.stdout and "worker 1: epochs 3-5" in report.stdout
+    assert report.stdout.strip().splitlines()[-1].startswith("flor: replay verified exact: 6 blocks restored")
+    logs = replay_logs(rec, "slurm4242")
+    assert values(logs) == values(rec.logs("full"), "record")
+    run_dir = next((rec.home / "toy" / "runs").iterdir())
+    merged = [x for x in merge_newest(read_run_logs(run_dir, run_dir.name)) if x["name"] == "wnorm"]
+    assert sorted(x["epoch"] for x in merged) == list(range(EPOCHS))  # one value per epoch, many replays
+    assert (run_dir / "tb" / "replay-slurm4242").is_dir()  # TensorBoard: one folder a replay, a file a worker
+    assert len(list((run_dir / "tb" / "replay-slurm4242").iterdir())) == 2
+
+
+def test_plan_prints_segments_and_estimates_without_running(rec):
+    before = rec.tree()
+    proc = flor_replay(rec, "--plan", "--workers", "2", "--json", "--", sys.executable, "probed.py")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["segments"] == [[0, 3], [3, 6]] and plan["init"] == [[0, 0], [2, 3]]
+    assert plan["probed"] == ["training_loop"] and plan["workers"] == 2
+    assert plan["estimate_s"] == max(plan["seconds"]) > plan["startup_s"] > 0
+    assert 1 <= plan["fastest"][0] <= 2 and set(plan["by_count"]) >= {"1"}
+    text = flor_replay(rec, "--plan", "--workers", "2", "--", sys.executable, "probed.py").stdout
+    assert "worker 1: epochs 3-5" in text and "initialization epochs 2 " in text and "fastest:" in text
+    assert rec.tree() == before  # --plan runs nothing and writes nothing
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "2", "--", sys.executable, "outer.py", "--replay_flor"], "leave --replay_flor out of the command"),
+    (["--workers", "2", "--", sys.executable, "outer.py", "--flor", "other"], "names --flor other"),
+    (["--epochs", "9:12", "--", sys.executable, "outer.py"], "selects no epoch"),
+    (["--epochs", "5:2", "--", sys.executable, "outer.py"], "B must be greater than A"),
+    (["--workers", "2"], "give the training command after --"),
+])
+def test_bad_requests_fail_with_one_line(rec, args, message):
+    proc = flor_replay(rec, *args)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_worker_environment_places_gpus_threads_and_segments(rec):
+    store = ExperimentStore(rec.home, "toy")
+    run = store.resolve_run(None)
+    launch = Launch(store, run, [sys.executable, "outer.py"], workers=3, gpus=["0", "1"], epoch_range=(1, 5),
+                    strong=True, threads=None, fresh=True, out=io.StringIO(), err=io.StringIO())
+    envs = [launch.env(w) for w in range(3)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1", "0"]  # one GPU each, round-robin
+    assert [e["FLOR_REPLAY"] for e in envs] == ["0/3", "1/3", "2/3"]
+    assert {e["FLOR_REPLAY_ID"] for e in envs} == {launch.replay_id}
+    assert (envs[0]["FLOR_RUN"], envs[0]["FLOR_EPOCHS"], envs[0]["FLOR_STRONG"]) == (run, "1:5", "1")
+    assert envs[0]["OMP_NUM_THREADS"] == "1" and "FLOR_THREADS" not in envs[0]  # the recorded count
+    assert "RANK" not in envs[0]  # not a DDP recording: no world of one to set up
+    assert [list(p.segment) for p in launch.estimate.plans] == [[1], [2], [3, 4]]
+    assert all(len(p.init) == p.segment.start for p in launch.estimate.plans)  # --strong: from epoch 0
+
+
+# -- pure parts ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env, pid, n, rid", [
+    ({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "4",
+      "SLURM_ARRAY_JOB_ID": "77"}, 1, 4, "slurm77"),
+    ({"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_JOB_ID": "88", "SLURM_STEP_ID": "1"}, 2, 3, "slurm88.1"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "ab/c"}, 1, 2, "tr-ab_c"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none"}, 1, 2, None),
+    ({"RANK": "1", "WORLD_SIZE": "2", "FLOR_REPLAY_ID": "mine"}, 1, 2, "mine"),
+])
+def test_cluster_placement_shares_a_replay_id(env, pid, n, rid):
+    s, _ = parse(["t.py", "--flor", "x", "--replay_flor"], env)
+    assert (s.pid, s.ngpus, s.replay_id) == (pid, n, rid)
+
+
+def test_epoch_and_thread_settings():
+    s, rest = parse(["t.py", "--flor", "x", "--replay_flor", "--flor_epochs", "40:61", "--flor_threads", "2"], {})
+    assert (s.epoch_range, s.threads, rest) == ((40, 61), 2, ["t.py"])
+    s, _ = parse(["t.py", "--flor", "x", "--replay_flor"], {"FLOR_EPOCHS": "7", "FLOR_THREADS": "1"})
+    assert (s.epoch_range, s.threads) == ((7, 8), 1)
+
+
+def test_gpu_selection():
+    assert detect_gpus("none", {}) == []
+    assert detect_gpus("0,2", {}) == ["0", "2"]
+    assert detect_gpus("auto", {"CUDA_VISIBLE_DEVICES": "3,5"}) == ["3", "5"]
+    assert detect_gpus("auto", {"CUDA_VISIBLE_DEVICES": ""}) == []
+
+
+def test_progress_is_read_from_epoch_marks(tmp_path):
+    marks = tmp_path / "m.jsonl"
+    s = WorkerState(1, make_plan(10, 1, 2, {4}))  # initialization epoch 4, segment 5-9
+    lines = [{"mark": "start", "t": 1.0}, {"mark": "epoch", "epoch": 4, "init": True, "t": 2.0},
+             {"mark": "epoch", "epoch": 5, "init": False, "t": 3.0}, {"mark": "epoch", "epoch": 6, "init": False, "t": 4.0}]
+    marks.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"mark": "ep')  # a torn last line
+    s.read_marks(marks)
+    assert (s.done_epochs, s.completed, s.first_epoch) == (1, 2, 2.0)
+    with open(marks, "a") as fh:
+        fh.write('och", "epoch": 7, "init": false, "t": 5.0}\n{"mark": "after", "t": 6.0}\n')
+    s.read_marks(marks)
+    assert (s.done_epochs, s.completed) == (3, 4)
+
+
+def test_merged_summary_lists_missing_workers(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    block = {"epoch": 0, "block": "b", "occurrence": 0, "action": "restored", "initializing": False,
+             "tensors": [], "cause": None}
+    (logs / "replay-r1-0.summary.json").write_text(json.dumps({
+        "replay": "r1", "worker": 0, "ngpus": 3, "segment": [0, 1], "init": [0, 0], "exit": None,
+        "verdict": "verified exact", "counts": {"restored": 1}, "shared_logs": 2, "log_mismatches": [],
+        "hindsight": ["w"], "notes": ["n"], "blocks": [block]}))
+    (logs / "replay-r1-1.summary.json").write_text(json.dumps({
+        "replay": "r1", "worker": 1, "ngpus": 3, "segment": [1, 2], "init": [0, 1], "exit": "ValueError",
+        "verdict": "failed", "counts": {}, "shared_logs": 0, "log_mismatches": [], "hindsight": [], "notes": ["n"],
+        "blocks": []}))
+    out = merged_summary(tmp_path, "r1")
+    assert out["workers"] == 3 and out["missing"] == [1, 2] and out["verdict"] == "failed"
+    assert "worker 2: missing" in out["text"] and "worker 1 failed (ValueError)" in out["text"]
+    assert out["text"].count("note: n") == 1 and "hindsight values: w" in out["text"]
+
+
+@pytest.mark.parametrize("source, expected", [
+    ('flor.SkipBlock.step_into("a")', set()),
+    ('flor.SkipBlock.step_into("a", probed=True)', {"a"}),
+    ('flor.SkipBlock.step_into("a", probed=False)\nflor.SkipBlock.step_into("b", probed=args.p)', {"b"}),
+    ('flor.SkipBlock.step_into(name, probed=True)', True),
+])
+def test_probed_blocks_are_read_from_the_script(tmp_path, source, expected):
+    script = tmp_path / "s.py"
+    script.write_text(source)
+    assert probed_blocks(script) == expected
+    assert probed_blocks(Path(tmp_path / "missing.py")) == set()
+
+
+def test_many_workers_merge_in_epoch_order(tmp_path):
+    """Worker 10's records come after worker 9's, not after worker 1's: one ordered view."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for w in range(12):
+        (logs / f"replay-r-{w}.jsonl").write_text(json.dumps({"name": "x", "value": w, "epoch": w, "step": None}) + "\n")
+    assert [x["epoch"] for x in read_run_logs(tmp_path, "run")] == list(range(12))
