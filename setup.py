@@ -16,7 +16,18 @@ setup(
     install_requires=["torch>=2.0", "numpy>=1.22", "xxhash>=3.0", "cloudpickle>=2.0"],
     extras_require={
         "pandas": ["pandas>=1.5"],
-        "test": ["pytest>=7", "hypothesis>=6", "pandas>=1.5", "scikit-learn>=1.1"],
+        "s3": ["boto3>=1.36"],
+        # flor plot / flor compare --plot. flor writes TensorBoard files without TensorBoard; the
+        # extra is for viewing them, and the tests read them back with TensorBoard's own reader.
+        "plot": ["matplotlib>=3.5"],
+        "tensorboard": ["tensorboard>=2.10"],
+        # flor replay --ray: one Ray task per replay segment (docs/parallel.md)
+        "ray": ["ray>=2.9"],
+        # the S3 tests start a real S3-compatible server (moto's) on 127.0.0.1
+        "test": ["pytest>=7", "hypothesis>=6", "pandas>=1.5", "scikit-learn>=1.1", "boto3>=1.36", "moto[server]>=5",
+                 "matplotlib>=3.5", "tensorboard>=2.10",
+                 # tests/test_launch_ray.py; Ray installs in ~20 s (one 80 MB wheel), the test is skipped without it
+                 "ray>=2.9"],
         "examples": ["scikit-learn>=1.1"],
     },
     entry_points={"console_scripts": ["flor = flor.cli:main"]},

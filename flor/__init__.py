@@ -11,6 +11,8 @@ from typing import Any
 from .errors import (
     CheckpointError, ConfigError, CorruptBlobError, FlorError, ReplayError, StateError, StorageError,
 )
+from .hparams import arg
+from .hparams import install_argparse_capture as _install_argparse_capture
 from .loop import it
 from .session import current as _current
 from .session import ensure_replayable as _ensure_replayable
@@ -29,6 +31,7 @@ __all__ = [
     "StateError",
     "StorageError",
     "__version__",
+    "arg",
     "dataframe",
     "it",
     "log",
@@ -47,14 +50,19 @@ def log(name: str, value: Any, step: Any = None) -> Any:
     return value
 
 
-def dataframe(*names: str, name: str | None = None, run: str | None = "all") -> Any:
+def dataframe(*names: str, name: str | None = None, run: str | None = "all", hparams: bool = False,
+              definitions: Any = None) -> Any:
     """The logged values of ``names`` as a pandas DataFrame, one row per run, epoch and step.
 
-    Needs pandas (``pip install 'flor[pandas]'``). See ``flor.analysis.dataframe``.
+    ``hparams=True`` adds a column per hyperparameter; ``definitions`` adds regex metrics
+    from the printed output. Needs pandas (``pip install 'flor[pandas]'``). See
+    ``flor.analysis.dataframe``.
     """
     from .analysis import dataframe as _dataframe
 
-    return _dataframe(*names, name=name, run=run)
+    return _dataframe(*names, name=name, run=run, hparams=hparams, definitions=definitions)
 
 
 _ensure_replayable(_SETTINGS)
+if _SETTINGS.mode != "inert":
+    _install_argparse_capture()  # the script's argparse namespace becomes the run's hyperparameters

@@ -8,9 +8,13 @@ import time
 import traceback
 from typing import Any, Iterator
 
-from .errors import StateError
+from . import hparams
+from .analysis.summary import MetricTracker
+from .analysis.tensorboard import RecordEvents
+from .ddp import RankLink
 from .logs import LogWriter
-from .runinfo import git_info, redact_argv, script_info, versions
+from .policy import CheckpointPolicy
+from .runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
 from .session import Session, as_result, copy_source, new_run_id, warn
 from .settings import Settings
 from .store import BackgroundWriter
@@ -30,27 +34,63 @@ class RecordSession(Session):
         self.run_dir = self.store.run_path(self.run)
         self.run_dir.mkdir(parents=True)
         script = script_info(sys.argv[0] if sys.argv else "")
-        git, diff = git_info(script["script"])
+        git, diff = git_info(script["script"], exclude=[settings.home])
         self.meta: dict[str, Any] = {
             "format": 1, "name": settings.name, "run": self.run, "status": "running", "pid": os.getpid(),
             "argv": redact_argv(list(sys.argv)), "cwd": os.getcwd(), **script, "git": git,
             "versions": versions(), "torch_threads": torch.get_num_threads(),
-            "started": self.started, "ended": None, "checkpoint_every": settings.every,
+            "started": self.started, "ended": None,
             "epochs_planned": None, "epochs_done": 0, "epoch_blocks": {}, "outside_blocks": [],
             "checkpoint_failures": [], "timings": {"epoch_s": [], "blocks": {}},
+            "hyperparameters": hparams.captured(), "metrics": {},
         }
         self.write_meta()
+        hparams.subscribe(self._hyperparameters)
         copy_source(script["script"], self.run_dir / "source")
         if diff:
             (self.run_dir / "source" / "diff.patch").write_text(diff)
-        self.logs = LogWriter(self.run_dir / "logs" / "record.jsonl")
         self.writer = BackgroundWriter()
+        self.spool = None
+        if settings.spool:  # uploads run on their own thread: training never waits on the network
+            from .store.spool import BackgroundSpool
+
+            self.meta["spool"] = settings.spool
+            self.spool = BackgroundSpool(self.store, self.run, settings.spool, budget=settings.spool_budget)
+        # TensorBoard events and the best/final summary follow the logs on the writer thread
+        self.events = RecordEvents(self.run_dir, lambda: int(self.meta["epochs_done"]))
+        self.tracker = MetricTracker()
+        self.logs = LogWriter(self.run_dir / "logs" / "record.jsonl", sink=self._follow_logs)
         self.epoch_started = 0.0
+        self.loop_started: float | None = None
+        self.policy = CheckpointPolicy(overhead=settings.overhead, every=settings.every)
+        self.pool: Any = None
+        self.background_cpu_s = 0.0
+        self.bytes_written = 0
         self.epoch_blocks: list[list] = []
+        self.meta["process_started"] = process_started()  # flor replay --plan: the script's startup ...
+        self.meta["busy_cores"] = busy_cores()  # ... and how busy the CPUs were with other work
+        self.ranks = RankLink.for_record(settings.name or "")  # DDP: the other ranks log beside this run
+        if self.ranks is not None:
+            self.meta["world_size"] = self.ranks.world
+            self.ranks.agree_run(self.run)
         self.tee_output(self.run_dir / "stdout.log")
+        self._install_hooks()
 
     def write_meta(self, *, durable: bool = False) -> None:
         self.store.write_json(self.store.run_key(self.run, "run.json"), self.meta, durable=durable)
+
+    def _hyperparameters(self, values: dict[str, Any]) -> None:
+        """argparse or flor.arg gave more hyperparameters after the run started."""
+        self.meta["hyperparameters"] = values
+        if not self._closed:
+            self.write_meta()
+
+    def _follow_logs(self, records: list[dict]) -> None:
+        def job() -> None:
+            self.tracker.add(records)
+            self.events(records)
+
+        self.writer.submit(job, 0, lambda exc: warn(f"writing TensorBoard events failed ({exc}); the logs are intact"))
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -60,13 +100,16 @@ class RecordSession(Session):
             self.meta["epochs_planned"] = len(iterable)
         except TypeError:
             pass  # a generator: the count is known at the end
+        self.loop_started = time.perf_counter()
         try:
             for epoch, item in enumerate(iterable):
                 self.epoch, self.epoch_blocks = epoch, []
+                self.mark("epoch", epoch)
                 self.epoch_started = time.perf_counter()
                 yield item
                 self.end_epoch(epoch)
         finally:
+            self.mark("after")
             self.end_loop()
 
     def end_epoch(self, epoch: int) -> None:
@@ -74,16 +117,21 @@ class RecordSession(Session):
         self.meta["epoch_blocks"][str(epoch)] = self.epoch_blocks
         self.meta["timings"]["epoch_s"].append(round(time.perf_counter() - self.epoch_started, 6))
         self.logs.flush()
+        self.meta["checkpoint_policy"] = self.policy.describe()
         self.write_meta()
+        if self.spool is not None:
+            self.spool.sync()
 
     # -- blocks ------------------------------------------------------------------------
 
     def step_into(self, name: str, probed: bool) -> bool:
-        self.open_block(name)
-        return True
+        from .state import capture_rng
 
-    def checkpoint_due(self, epoch: int | None) -> bool:
-        return epoch is None or epoch % self.settings.every == 0
+        self.open_block(name)
+        # the RNG state the block starts from: a replay that re-executes the block starts it
+        # from here too, even when the script never seeded Python's or NumPy's generator
+        self.rng_start = capture_rng()
+        return True
 
     def end(self, objs: tuple) -> Any:
         name, epoch, occ = self.close_block()
@@ -93,18 +141,24 @@ class RecordSession(Session):
         else:
             self.epoch_blocks.append([name, occ])
         self.meta["timings"]["blocks"].setdefault(name, []).append(round(elapsed, 6))
-        if self.checkpoint_due(epoch):
+        if self.ranks is not None:  # every rank fingerprints the same blocks; rank 0 notes who differs
+            self.ranks.check(name, epoch, objs, self.meta)
+        training_s = time.perf_counter() - (self.loop_started or self.block_started)
+        if self.policy.due(name, epoch, elapsed=training_s):
             self.checkpoint(name, epoch, occ, objs, elapsed)
         return as_result(objs)
 
     def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float) -> None:
-        from .state import capture_rng, snapshot
+        from .state import BufferPool, capture_rng, snapshot
 
+        if self.pool is None:
+            self.pool = BufferPool()
         t0 = time.perf_counter()
         try:
-            objects = snapshot(list(objs))
+            objects = snapshot(list(objs), pool=self.pool)
             rng = snapshot(capture_rng())
-        except StateError as exc:
+            rng_start = snapshot(self.rng_start)
+        except Exception as exc:  # noqa: BLE001 - an object flor cannot capture must not stop training
             self._failed(name, epoch, exc)
             return
         snap_s = time.perf_counter() - t0
@@ -112,6 +166,7 @@ class RecordSession(Session):
         nbytes = objects.nbytes + rng.nbytes
 
         def job() -> None:
+            cpu0 = time.thread_time()
             written: list[int] = [0]
             dirs: set[str] = set()
 
@@ -123,17 +178,25 @@ class RecordSession(Session):
 
             tree = objects.materialize(put)
             rng_tree = rng.materialize(put)
+            rng_start_tree = rng_start.materialize(put)
             for d in dirs:  # the blobs' renames are durable before the manifest names them
                 self.store.backend.sync_dir(d)
             body = {"objects": tree, "rng": rng_tree}
             manifest = {
                 "format": 1, "block": name, "epoch": epoch, "occurrence": occ, "count": len(objs),
-                **body, "digest": _digest(body), "bytes": nbytes, "new_bytes": written[0],
+                **body, "rng_start": rng_start_tree, "digest": _digest(body), "bytes": nbytes, "new_bytes": written[0],
                 "block_s": round(elapsed, 6), "snapshot_s": round(snap_s, 6), "created": time.time(),
             }
             self.store.write_json(manifest_key, manifest)
+            if self.spool is not None:  # queued only now: a manifest goes up after its blobs
+                self.spool.checkpoint(manifest_key)
+            self.background_cpu_s += time.thread_time() - cpu0
+            self.bytes_written += written[0]
 
         self.writer.submit(job, nbytes, lambda exc: self._failed(name, epoch, exc))
+        stall = time.perf_counter() - t0  # the snapshot, plus any wait for the memory budget
+        self.policy.observe(name, epoch, stall=stall)
+        self.meta["timings"].setdefault("stall_s", []).append(round(stall, 6))
 
     def _failed(self, name: str, epoch: int | None, exc: BaseException) -> None:
         self.meta["checkpoint_failures"].append({"block": name, "epoch": epoch, "error": repr(exc)})
@@ -149,11 +212,21 @@ class RecordSession(Session):
         if self._closed:
             return
         self._closed = True
+        self.mark("end")
         try:
             self.logs.flush()
             self.writer.close()
+            self.events.close()
         except Exception:  # noqa: BLE001 - report, then still write the final status
             traceback.print_exc()
+        self.meta["metrics"] = self.tracker.summary()
+        self.meta["checkpoint_policy"] = self.policy.describe()
+        self.meta["background"] = {"cpu_s": round(self.background_cpu_s, 6), "bytes_written": self.bytes_written}
+        if self.policy.skipped:
+            done = len(self.policy.checkpointed)
+            print(f"flor: checkpointed {done} of {done + len(self.policy.skipped)} epochs to keep the training "
+                  f"thread's checkpoint stall within {self.policy.overhead:.1%} of training time "
+                  f"(--flor_overhead); replay re-executes the others from the nearest checkpoint", file=sys.stderr)
         self.meta["status"] = "finished" if self.exit_error is None else (
             "interrupted" if self.exit_error == "interrupted" else "crashed")
         if self.exit_error not in (None, "interrupted"):
@@ -163,6 +236,8 @@ class RecordSession(Session):
             self.write_meta(durable=True)
         finally:
             self.untee_output()
+        if self.spool is not None:  # after the tee: stdout.log is complete and goes up too
+            self.spool.finish(self.settings.spool_wait)
 
 
 def _digest(body: dict) -> str:

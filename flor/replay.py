@@ -10,9 +10,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+from .analysis.tensorboard import write_replay_events
 from .errors import CheckpointError, FlorError, ReplayError, StateError
-from .logs import LogWriter, read_run_logs
-from .plan import ReplayPlan, block_action, make_plan
+from .logs import LogWriter, read_run_logs, retire_worker_files
+from .ddp import check_replay_world, shared_replay_id
+from .plan import ReplayPlan, block_action, make_plan, select
 from .runinfo import redact_argv
 from .session import Session, as_result, pid_alive
 from .settings import Settings
@@ -47,10 +49,18 @@ class ReplaySession(Session):
         import torch
 
         super().__init__(settings)
+        if settings.spool:  # pull the run from the S3 spool when it is not local; blobs come on demand
+            from .store.remote import attach_spool
+
+            attach_spool(self.store, settings.spool, settings.run)
         self.run = self.store.resolve_run(settings.run)
         self.meta = self.store.read_run(self.run)
+        if self.store.blobs.remote is None and self.meta.get("spool"):  # evicted blobs come back from it
+            from .store.remote import LazyRemote
+
+            self.store.blobs.remote = LazyRemote(self.store, self.meta["spool"])
         self.run_dir = self.store.run_path(self.run)
-        self.replay_id = settings.replay_id or new_replay_id()
+        self.replay_id = settings.replay_id or shared_replay_id(settings) or new_replay_id()
         self.pid, self.ngpus = settings.pid, settings.ngpus
         self.plan: ReplayPlan | None = None
         self.initializing = False
@@ -59,8 +69,13 @@ class ReplaySession(Session):
         self.pending: tuple[str, dict | None, dict | None] | None = None
         self.available = set(self.store.manifests(self.run))
         self.notes: list[str] = []
+        self.io = {"load_s": 0.0, "restore_s": 0.0, "restore_bytes": 0}  # for the benchmarks
+        self._prefetched: dict[tuple, Any] = {}
+        self._rng_noted = False
+        self._reader: Any = None
         self.code_changed = False
         stem = f"replay-{self.replay_id}-{self.pid}"
+        earlier = retire_worker_files(self.run_dir, self.replay_id, self.pid)  # a rerun starts clean
         self.logs = LogWriter(self.run_dir / "logs" / f"{stem}.jsonl")
         self.summary_path = self.run_dir / "logs" / f"{stem}.summary.json"
         self.tee_output(self.run_dir / f"{stem}.log")
@@ -68,15 +83,26 @@ class ReplaySession(Session):
         status = self.meta.get("status")
         if status == "running" and pid_alive(int(self.meta.get("pid") or 0)):
             self.note("the recording is still running; replaying the checkpoints it has so far")
+        elif status == "running":
+            self.note("the recording did not finish (its process is gone: killed or crashed); "
+                      "epochs without checkpoints are re-executed")
         elif status != "finished":
             self.note(f"the recording ended as {status!r}; epochs without checkpoints are re-executed")
         recorded_threads = self.meta.get("torch_threads")
-        if recorded_threads and torch.get_num_threads() != recorded_threads:
+        if earlier is not None:
+            self.note(f"worker {self.pid} of replay {self.replay_id} ran before; its earlier output is in {earlier}")
+        if settings.threads is not None:  # asked for: faster with many workers on one machine, not bit-exact
+            if settings.threads != recorded_threads:
+                self.note(f"using {settings.threads} torch threads (--flor_threads), not the recorded "
+                          f"{recorded_threads}: values may differ from the recording in the last bits")
+            torch.set_num_threads(settings.threads)
+        elif recorded_threads and torch.get_num_threads() != recorded_threads:
             self.note(f"using {recorded_threads} torch threads as recorded (this process had "
                       f"{torch.get_num_threads()}), so that results are bit-identical")
             torch.set_num_threads(int(recorded_threads))
         self._compare_script()
         self.summary = Summary(header="")
+        self._install_hooks()
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -117,9 +143,21 @@ class ReplaySession(Session):
                 "replay with the recorded arguments, or record again"
             )
         epochs = length if length is not None else int(planned or self.meta.get("epochs_done") or 0)
+        if length is None and planned is None and self.meta.get("status") != "finished":
+            self.note(f"the loop has no len() and the recording ended after {epochs} epochs; replaying those")
         restorable = {e for e in range(epochs) if self.restorable(e)}
-        plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong)
+        within = select(epochs, self.settings.epoch_range) if self.settings.epoch_range else None
+        if within is not None and len(within) == 0:
+            raise ReplayError(f"--flor_epochs {self.settings.epoch_range[0]}:{self.settings.epoch_range[1] or ''} "
+                              f"selects no epoch of the recording's {epochs}: epochs are 0 to {epochs - 1}")
+        plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
+        for text in check_replay_world(self.ngpus, self.meta, plan, restorable):
+            self.note(text)
         self.plan = plan
+        if self.store.blobs.remote is not None:  # fetch the coming epochs' blobs from S3 ahead of need
+            from .store.remote import prefetch_plan
+
+            prefetch_plan(self.store, self.run, self.meta, range(plan.first, plan.stop), self.available)
         self.anchored = plan.first == 0
         seg = f"{plan.segment.start}-{plan.segment.stop - 1}" if len(plan.segment) else "none"
         init = f"{plan.init.start}-{plan.init.stop - 1}" if len(plan.init) else "none"
@@ -134,12 +172,14 @@ class ReplaySession(Session):
                 if epoch >= plan.stop:
                     break
                 self.epoch, self.initializing = epoch, epoch < plan.segment.start
+                self.mark("epoch", epoch, init=self.initializing)
                 yield item
                 self.logs.flush()
             else:
                 if seen < plan.stop:
                     self.note(f"the loop ended after {seen} epochs, before the planned {plan.stop}")
         finally:
+            self.mark("after")
             self.end_loop()
             self.initializing = False
 
@@ -168,10 +208,15 @@ class ReplaySession(Session):
         action = block_action(checkpointed=checkpointed, probed=probed, initializing=self.initializing)
         manifest = cache = None
         if checkpointed:
+            t0 = time.perf_counter()
             try:
-                manifest = self.store.read_manifest(self.run, name, epoch, occ)
                 if action == "restore":
-                    cache = {h: self.store.blobs.get(h) for h in _hashes(manifest, set())}
+                    manifest, cache = self._fetch((name, epoch, occ))
+                    self.io["restore_bytes"] += sum(len(v) for v in cache.values())
+                    self._prefetch_next(name, epoch, occ, probed)
+                else:
+                    manifest = self.store.read_manifest(self.run, name, epoch, occ)
+                    self._start_like_recording(manifest, name, epoch)
             except FlorError as exc:
                 if not self.anchored:
                     raise CheckpointError(
@@ -180,14 +225,62 @@ class ReplaySession(Session):
                     ) from exc
                 self.note(f"checkpoint of {name!r} at epoch {epoch} is unusable ({exc}); re-executing it")
                 action, manifest, cache = "execute", None, None
+            self.io["load_s"] += time.perf_counter() - t0
         self.pending = (action, manifest, cache)
         return action == "execute"
 
-    def _restore(self, manifest: dict, cache: dict, objs: tuple) -> tuple:
-        from .state import decode, restore, restore_rng
+    def _start_like_recording(self, manifest: dict, name: str, epoch: int | None) -> None:
+        """Give a re-executed block the global RNG state its recorded run started from.
 
-        restored = restore(list(objs), manifest["objects"], cache.__getitem__)
-        restore_rng(decode(manifest["rng"], cache.__getitem__))
+        They differ only where the process seeded a generator itself (Python's and NumPy's
+        are seeded from the OS when a script does not seed them): the block's own draws then
+        match the recording, and its end state can be checked against it.
+        """
+        from .state import capture_rng, decode, diff_nodes, restore_rng, snapshot
+
+        if "rng_start" not in manifest:
+            return
+        now = snapshot(capture_rng(), copy=False).materialize()
+        differs = sorted({p.split(".")[0].split("[")[0] for p in diff_nodes(manifest["rng_start"], now)})
+        if differs:
+            cache = self.store.blobs.get_many(_hashes(manifest["rng_start"], set()))
+            restore_rng(decode(manifest["rng_start"], cache.__getitem__))
+            if not self._rng_noted:
+                self._rng_noted = True
+                self.note(f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
+                          "differed from the recording (is that generator seeded?); flor set it as recorded")
+
+    def _load(self, key: tuple[str, int | None, int]) -> tuple[dict, dict[str, bytes]]:
+        """A checkpoint's manifest and the verified bytes of every blob it names."""
+        manifest = self.store.read_manifest(self.run, *key)
+        return manifest, self.store.blobs.get_many(_hashes(manifest, set()))
+
+    def _fetch(self, key: tuple[str, int | None, int]) -> tuple[dict, dict[str, bytes]]:
+        future = self._prefetched.pop(key, None)
+        return future.result() if future is not None else self._load(key)
+
+    def _prefetch_next(self, name: str, epoch: int | None, occ: int, probed: bool) -> None:
+        """Read the next epoch's checkpoint of this block in the background while this
+        epoch's outer-loop code runs (one epoch ahead: bounded memory)."""
+        if epoch is None or self.plan is None or not self.plan.runs(epoch + 1):
+            return
+        key = (name, epoch + 1, occ)
+        initializing = epoch + 1 < self.plan.segment.start
+        if key not in self.available or key in self._prefetched or block_action(
+                checkpointed=True, probed=probed, initializing=initializing) != "restore":
+            return
+        if self._reader is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._reader = ThreadPoolExecutor(1, thread_name_prefix="flor-prefetch")
+        self._prefetched[key] = self._reader.submit(self._load, key)
+
+    def _restore(self, manifest: dict, cache: dict, objs: tuple) -> tuple:
+        from .state import restore_all
+
+        t0 = time.perf_counter()
+        restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__)
+        self.io["restore_s"] += time.perf_counter() - t0
         self.anchored = self.from_restore = True
         return tuple(restored)
 
@@ -217,7 +310,7 @@ class ReplaySession(Session):
         now_objs = snapshot(list(objs), copy=False).materialize()
         now_rng = snapshot(capture_rng(), copy=False).materialize()
         diffs = [self._label(p, manifest) for p in diff_nodes(manifest["objects"], now_objs)]
-        rng_diffs = ["RNG " + p for p in diff_nodes(manifest["rng"], now_rng)]
+        rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state" for p in diff_nodes(manifest["rng"], now_rng)})
         if not diffs and not rng_diffs:
             event.action = "matched"
             self.from_restore = False
@@ -231,7 +324,7 @@ class ReplaySession(Session):
             event.cause = CAUSE_NOT_PASSED
         else:
             event.cause = CAUSE_NONDET
-        cache = {h: self.store.blobs.get(h) for h in _hashes(manifest, set())}
+        cache = self.store.blobs.get_many(_hashes(manifest, set()))
         return self._restore(manifest, cache, objs), event  # go on from the recorded state
 
     @staticmethod
@@ -255,7 +348,7 @@ class ReplaySession(Session):
         elif self.loop == "before":
             if self.pid != 0:
                 return
-        elif self.pid != self.ngpus - 1:
+        elif not (self.plan.reports_after if self.plan else self.pid == self.ngpus - 1):
             return
         self.logs.add(name, value, self.epoch, step, self.open[0] if self.open else None, self.where())
 
@@ -263,11 +356,17 @@ class ReplaySession(Session):
         if self._closed:
             return
         self._closed = True
+        self.mark("end", worker=self.pid, ngpus=self.ngpus)
         self.logs.flush()
         records = read_run_logs(self.run_dir, self.run)
         recorded = [r for r in records if r["source"] == "record"]
         mine = [r for r in records if r["source"] == "replay" and r["replay"] == self.replay_id
                 and r["worker"] == self.pid]
+        try:
+            write_replay_events(self.run_dir, self.replay_id, self.pid, mine, recorded,
+                                int(self.meta.get("epochs_done") or 0))
+        except OSError as exc:
+            print(f"flor: could not write TensorBoard events: {exc}", file=sys.stderr)
         s = self.summary
         if not s.header:
             s.header = f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker {self.pid}/{self.ngpus}"
@@ -281,8 +380,7 @@ class ReplaySession(Session):
                 s.log_cause = ("code outside the blocks depends on state that was not passed to end(), "
                                "or on randomness drawn inside a block")
         s.notes = self.notes
-        if self.exit_error is not None:
-            s.notes.append(f"the script ended with {self.exit_error}")
+        s.failed = self.exit_error
         report = s.render()
         print(report, file=sys.stderr)
         sys.stderr.flush()
@@ -291,11 +389,17 @@ class ReplaySession(Session):
                 "replay": self.replay_id, "run": self.run, "worker": self.pid, "ngpus": self.ngpus,
                 "segment": [self.plan.segment.start, self.plan.segment.stop] if self.plan else None,
                 "init": [self.plan.init.start, self.plan.init.stop] if self.plan else None,
-                "exit": self.exit_error, **s.to_json(),
+                "exit": self.exit_error, "io": self.io, **s.to_json(),
             }, indent=1, default=str))
         except OSError as exc:
             print(f"flor: could not write {self.summary_path}: {exc}", file=sys.stderr)
         self.untee_output()
+        if self.settings.spool and self.store.blobs.remote is not None:  # this worker's logs join the spooled run
+            from .store.spool import spool_files
+
+            outputs = [self.logs.path, self.summary_path, self.run_dir / f"replay-{self.replay_id}-{self.pid}.log"]
+            keys = [p.relative_to(self.store.root).as_posix() for p in outputs]
+            spool_files(self.store, self.settings.spool, keys)
         if self.settings.strict and s.diverged and self.exit_error is None:
             sys.stdout.flush()
             sys.stderr.flush()

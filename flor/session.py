@@ -8,6 +8,7 @@ import) and ends at exit, where it flushes what is pending and writes its final 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import sys
@@ -49,6 +50,11 @@ def current() -> "Session | None":
 
 def start(settings: Settings) -> "Session":
     if settings.mode == "record":
+        from .ddp import RankSession, record_rank
+
+        rank, world = record_rank()
+        if rank > 0:  # DDP: rank 0 records the run, the other ranks only their logs (see flor.ddp)
+            return RankSession(settings, rank, world)
         from .record import RecordSession
 
         return RecordSession(settings)
@@ -104,9 +110,10 @@ class Session:
         self.started = time.time()
         self.exit_error: str | None = None
         self._tee_file: Any = None
+        self._marks_file: Any = None
         self._streams: tuple[Any, Any] | None = None
-        self._closed = False
-        self._install_hooks()
+        self._closed = False  # subclasses call _install_hooks() once fully set up
+
 
     # -- process hooks -----------------------------------------------------------------
 
@@ -123,9 +130,27 @@ class Session:
     def tee_output(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._tee_file = open(path, "a", encoding="utf-8", buffering=1)
+        self._marks_file = open(marks_path(path), "a", encoding="utf-8")
         self._streams = (sys.stdout, sys.stderr)
         sys.stdout = Tee(sys.stdout, self._tee_file)
         sys.stderr = Tee(sys.stderr, self._tee_file)
+        self.mark("start")
+
+    def mark(self, kind: str, epoch: int | None = None, **extra: Any) -> None:
+        """Note the byte offset in the output log where ``kind`` (start, epoch, after, end)
+        begins, in a side file, so printed lines can be read by epoch (``flor metrics``)
+        while the log itself stays exactly what the script printed."""
+        if self._tee_file is None or self._marks_file is None:
+            return
+        try:
+            self._tee_file.flush()
+            rec = {"mark": kind, "at": self._tee_file.tell(), "t": time.time(), **extra}
+            if epoch is not None:
+                rec["epoch"] = epoch
+            self._marks_file.write(json.dumps(rec) + "\n")
+            self._marks_file.flush()
+        except (OSError, ValueError):
+            pass  # marks help the readers; they must never fail training
 
     def untee_output(self) -> None:
         if self._streams is not None:
@@ -136,6 +161,9 @@ class Session:
         if self._tee_file is not None:
             self._tee_file.close()
             self._tee_file = None
+        if self._marks_file is not None:
+            self._marks_file.close()
+            self._marks_file = None
 
     # -- loop and blocks ---------------------------------------------------------------
 
@@ -203,6 +231,11 @@ class Session:
         raise NotImplementedError
 
 
+def marks_path(log: Path) -> Path:
+    """The side file of epoch marks of an output log: ``stdout.log`` -> ``stdout.marks.jsonl``."""
+    return log.with_name(log.stem + ".marks.jsonl")
+
+
 def copy_source(script: str | None, dest: Path) -> None:
     if script and Path(script).is_file():
         dest.mkdir(parents=True, exist_ok=True)
@@ -227,7 +260,14 @@ def ensure_replayable(settings: Settings) -> None:
         return
     store = ExperimentStore(settings.home, settings.name or "")
     try:
-        store.resolve_run(settings.run)
-    except ReplayError as exc:
+        try:
+            store.resolve_run(settings.run)
+        except ReplayError:
+            if not settings.spool:
+                raise
+            from .store.remote import find_spooled_run  # not local: is it in the S3 spool?
+
+            find_spooled_run(store, settings.spool, settings.run)
+    except FlorError as exc:
         print(f"flor: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

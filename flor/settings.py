@@ -11,10 +11,22 @@ flag                           variable             meaning
 ``--flor_run RUN``             ``FLOR_RUN``         replay this recorded run instead of the latest
 ``--flor_strict``              ``FLOR_STRICT=1``    a replay that diverges exits with status 3
 ``--flor_strong``              ``FLOR_STRONG=1``    initialize a replay worker from epoch 0
-``--flor_every N``             ``FLOR_EVERY``       record: checkpoint every N-th epoch only
+``--flor_every N``             ``FLOR_EVERY``       record: checkpoint every N-th epoch (no adaptation)
+``--flor_overhead F``          ``FLOR_OVERHEAD``    record: checkpoint stall budget, a fraction of
+                                                    training time (default 0.01 = 1%)
+``--flor_spool URL``           ``FLOR_SPOOL``       spool to (record) or fetch from (replay) ``s3://bucket/prefix``
+``--flor_epochs A:B``          ``FLOR_EPOCHS``      replay only epochs A..B-1 (a slice: ``40:61``, ``40:``, ``:10``, ``7``)
+``--flor_threads N``           ``FLOR_THREADS``     replay with N torch threads, not the recorded count (not bit-exact)
 (none)                         ``FLOR_HOME``        root of the store (default ``~/.flor``)
+(none)                         ``FLOR_SPOOL_WAIT``  seconds a recording waits at exit for its uploads (300)
+(none)                         ``FLOR_SPOOL_BUDGET`` evict spooled local blobs past this size, e.g. 20GB
 (none)                         ``FLOR_REPLAY_ID``   shared id of the workers of one replay
 =============================  ===================  =============================================
+
+Workers placed by Slurm share a replay id derived from the job (``slurm<JOBID>`` for an
+array, ``slurm<JOBID>.<STEPID>`` for ``srun``), and torchrun's workers one derived from
+``TORCHELASTIC_RUN_ID`` (or agreed through torchrun's store, see ``flor.ddp``), so the logs
+of one replay group together without ``FLOR_REPLAY_ID``.
 
 Flags win over variables. ``--replay_flor 3/5`` takes the next word as its value when it has
 the form ``X/Y`` and is not an existing path; ``--replay_flor=3/5`` is never ambiguous.
@@ -35,7 +47,7 @@ from typing import Mapping, Sequence
 
 from .errors import ConfigError
 
-__all__ = ["Settings", "parse", "validate_name", "SETTINGS"]
+__all__ = ["Settings", "parse", "parse_epoch_range", "parse_s3_url", "validate_name", "SETTINGS"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _SEGMENT_RE = re.compile(r"^-?[A-Za-z0-9]*/[A-Za-z0-9]*$")
@@ -43,7 +55,9 @@ _BOOL_TRUE = {"1", "true", "yes", "on"}
 _BOOL_FALSE = {"0", "false", "no", "off", ""}
 
 #: flags that take a value, and flags that are switches
-_VALUE_FLAGS = {"--flor", "--flor_run", "--flor_every"}
+_VALUE_FLAGS = {"--flor", "--flor_epochs", "--flor_threads", "--flor_run", "--flor_every", "--flor_overhead", "--flor_spool"}
+#: S3's bucket naming rules (lowercase letters, digits, '.', '-'; 3 to 63 characters)
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SWITCH_FLAGS = {"--flor_strict", "--flor_strong"}
 
 
@@ -60,8 +74,14 @@ class Settings:
     run: str | None = None
     strict: bool = False
     strong: bool = False
-    every: int = 1
+    every: int | None = None  # None: adaptive, within the overhead budget
+    overhead: float = 0.01
     replay_id: str | None = None
+    spool: str | None = None  # s3://bucket/prefix
+    spool_wait: float = 300.0
+    spool_budget: int | None = None  # bytes of local blobs kept once spooled; None: keep all
+    epoch_range: tuple[int, int | None] | None = None  # replay: only epochs [start, stop)
+    threads: int | None = None  # replay: torch threads; None: the recorded count
 
     @property
     def experiment_dir(self) -> Path:
@@ -123,6 +143,105 @@ def _parse_every(text: str, origin: str) -> int:
     return every
 
 
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``(bucket, prefix)`` of ``s3://bucket/prefix``; ConfigError for anything else.
+
+    >>> parse_s3_url("s3://my-bucket/team/flor/")
+    ('my-bucket', 'team/flor')
+    """
+    if not isinstance(url, str) or not url.startswith("s3://"):
+        raise ConfigError(f"spool target {url!r} is not an S3 URL; write s3://BUCKET/PREFIX, e.g. s3://my-bucket/flor")
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        raise ConfigError(
+            f"spool target {url!r}: {bucket!r} is not a valid S3 bucket name (3-63 lowercase letters, "
+            "digits, '.' or '-'); write s3://BUCKET/PREFIX"
+        )
+    prefix = prefix.strip("/")
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise ConfigError(f"spool target {url!r}: the prefix {prefix!r} has an empty, '.' or '..' part")
+    if any(ord(c) < 32 for c in prefix):
+        raise ConfigError(f"spool target {url!r}: the prefix has control characters")
+    return bucket, prefix
+
+
+def parse_epoch_range(text: str, origin: str = "--flor_epochs") -> tuple[int, int | None]:
+    """``(start, stop)`` of an epoch selection written as a Python slice; ``stop`` None: to the end.
+
+    ``40:61`` is epochs 40 through 60, ``40:`` from 40 on, ``:10`` the first ten, ``7`` epoch 7 alone.
+
+    >>> parse_epoch_range("40:61"), parse_epoch_range("7"), parse_epoch_range("5:")
+    ((40, 61), (7, 8), (5, None))
+    """
+    m = re.match(r"^\s*(\d*)\s*(:?)\s*(\d*)\s*$", text or "")
+    if not m or not (m.group(1) or m.group(3)) or (not m.group(2) and not m.group(1)):
+        raise ConfigError(f"{origin}: {text!r} is not an epoch range; write A:B (epochs A..B-1, like a Python "
+                          "slice), A: (from A on), :B (before B) or A (epoch A alone), e.g. 40:61")
+    start = int(m.group(1) or 0)
+    if not m.group(2):
+        return start, start + 1
+    stop = int(m.group(3)) if m.group(3) else None
+    if stop is not None and stop <= start:
+        raise ConfigError(f"{origin}: {text!r} selects no epoch: B must be greater than A in A:B "
+                          "(B is excluded, like a Python slice), e.g. 40:61 for epochs 40 to 60")
+    return start, stop
+
+
+def _spool_settings(flags: Mapping[str, str | None], env: Mapping[str, str]) -> dict:
+    """``spool``, ``spool_wait`` and ``spool_budget`` from ``--flor_spool`` and ``FLOR_SPOOL*``."""
+    url = flags.get("--flor_spool") or env.get("FLOR_SPOOL") or None
+    if url is not None:
+        bucket, prefix = parse_s3_url(url.strip())
+        url = f"s3://{bucket}/{prefix}".rstrip("/")
+    out: dict = {"spool": url}
+    wait = env.get("FLOR_SPOOL_WAIT")
+    if wait is not None and wait.strip():
+        try:
+            out["spool_wait"] = float(wait)
+        except ValueError:
+            out["spool_wait"] = -1.0
+        if not out["spool_wait"] >= 0:
+            raise ConfigError(f"FLOR_SPOOL_WAIT={wait!r} is not a number of seconds; e.g. 600")
+    budget = env.get("FLOR_SPOOL_BUDGET")
+    if budget is not None and budget.strip():
+        m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", budget, re.IGNORECASE)
+        if not m:
+            raise ConfigError(f"FLOR_SPOOL_BUDGET={budget!r} is not a size; write e.g. 20GB, 500MB or 0")
+        unit = (m.group(2) or "B").upper().rstrip("B") or "B"
+        scale = {"B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                 "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[unit]
+        out["spool_budget"] = int(float(m.group(1)) * scale)
+    return out
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = Path(env.get("FLOR_HOME") or "~/.flor").expanduser()
+    return home if home.is_absolute() else Path.cwd() / home
+
+
+def _command_settings(env: Mapping[str, str]) -> Settings:
+    """The ``flor`` command's settings: the store root and spool, from the environment only.
+
+    A malformed FLOR_SPOOL is kept as given: only ``flor spool`` and ``flor pull`` use it,
+    and they report it; ``flor ls`` still works.
+    """
+    try:
+        spool = _spool_settings({}, env)
+    except ConfigError:
+        spool = {"spool": env.get("FLOR_SPOOL") or None}
+    return Settings(home=_home(env), **spool)
+
+
+def _parse_overhead(text: str, origin: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise ConfigError(f"{origin}: {text!r} is not a fraction of training time in (0, 1]; e.g. 0.01 or 1%")
+    return value
+
+
 def _int_env(env: Mapping[str, str], key: str) -> int | None:
     value = env.get(key)
     if value is None or value.strip() == "":
@@ -148,6 +267,19 @@ def _placement(env: Mapping[str, str]) -> tuple[int, int, str]:
         text = f"{pid}/{n}"
         return (*_parse_segment(text, f"{pid_key}/{n_key}"), origin)
     return 0, 1, "default"
+
+
+def _shared_replay_id(env: Mapping[str, str], placed_by: str) -> str | None:
+    """The id that every worker of one Slurm job or torchrun launch derives alike, or None."""
+    if placed_by == "slurm array" and env.get("SLURM_ARRAY_JOB_ID"):
+        raw = f"slurm{env['SLURM_ARRAY_JOB_ID']}"
+    elif placed_by == "slurm" and env.get("SLURM_JOB_ID"):
+        raw = f"slurm{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID') or 0}"
+    elif placed_by == "torchrun" and (env.get("TORCHELASTIC_RUN_ID") or "none") != "none":
+        raw = f"tr-{env['TORCHELASTIC_RUN_ID']}"
+    else:
+        return None
+    return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:64]
 
 
 def _split_flags(argv: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
@@ -216,27 +348,27 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         else:
             replay, replay_value = True, raw
 
-    home_text = env.get("FLOR_HOME") or "~/.flor"
-    home = Path(home_text).expanduser()
-    if not home.is_absolute():
-        home = Path.cwd() / home
+    home = _home(env)
 
     strict = _parse_bool(flags.get("--flor_strict") or env.get("FLOR_STRICT", "0"), "--flor_strict/FLOR_STRICT")
     strong = _parse_bool(flags.get("--flor_strong") or env.get("FLOR_STRONG", "0"), "--flor_strong/FLOR_STRONG")
     every_text = flags.get("--flor_every") or env.get("FLOR_EVERY")
-    every = _parse_every(every_text, "--flor_every/FLOR_EVERY") if every_text is not None else 1
+    every = _parse_every(every_text, "--flor_every/FLOR_EVERY") if every_text is not None else None
+    overhead_text = flags.get("--flor_overhead") or env.get("FLOR_OVERHEAD")
+    overhead = _parse_overhead(overhead_text, "--flor_overhead/FLOR_OVERHEAD") if overhead_text else 0.01
     run = flags.get("--flor_run") or env.get("FLOR_RUN") or None
+    spool = _spool_settings(flags, env)
 
     if name is None:
         if replay:
             raise ConfigError(
                 f"{replay_origin} needs an experiment to replay: add --flor NAME (or set FLOR_NAME)"
             )
-        return Settings(mode="inert", home=home), rest
+        return Settings(mode="inert", home=home, **spool), rest
     validate_name(name)
 
     if not replay:
-        return Settings(mode="record", name=name, home=home, every=every, strict=strict), rest
+        return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, strict=strict, **spool), rest
 
     if replay_value is not None and replay_value.strip().lower() not in ("", "all"):
         pid, ngpus = _parse_segment(replay_value, replay_origin)
@@ -248,10 +380,21 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     replay_id = env.get("FLOR_REPLAY_ID") or None
     if replay_id is not None and not re.match(r"^[A-Za-z0-9._-]{1,64}$", replay_id):
         raise ConfigError(f"FLOR_REPLAY_ID={replay_id!r} must be letters, digits, '.', '_' or '-'")
+    if replay_id is None:
+        replay_id = _shared_replay_id(env, placed_by)
+    epochs_text = flags.get("--flor_epochs") or env.get("FLOR_EPOCHS") or None
+    epoch_range = parse_epoch_range(epochs_text, "--flor_epochs/FLOR_EPOCHS") if epochs_text else None
+    threads_text = flags.get("--flor_threads") or env.get("FLOR_THREADS") or None
+    threads = None
+    if threads_text is not None:
+        threads = int(threads_text) if threads_text.strip().isdigit() else 0
+        if threads < 1:
+            raise ConfigError(f"--flor_threads/FLOR_THREADS: {threads_text!r} is not a positive number of threads; e.g. 2")
     return (
         Settings(
             mode="replay", name=name, home=home, pid=pid, ngpus=ngpus, placed_by=placed_by,
-            run=run, strict=strict, strong=strong, replay_id=replay_id,
+            run=run, strict=strict, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
+            threads=threads, **spool,
         ),
         rest,
     )
@@ -265,7 +408,7 @@ def _from_process() -> Settings:
     """
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
     if argv0 in ("flor", "flor.exe") or argv0 == "__main__.py" and "flor" in sys.argv[0]:
-        return Settings()  # the flor command itself: its arguments are its own
+        return _command_settings(os.environ)  # the flor command itself: its arguments are its own
     try:
         settings, rest = parse(sys.argv, os.environ)
     except ConfigError as exc:

@@ -26,6 +26,7 @@ normally on the background writer.
 from __future__ import annotations
 
 import random
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,10 +38,12 @@ from .errors import StateError
 from .store.hashing import hash_bytes
 
 __all__ = [
+    "BufferPool",
     "Pending",
     "capture_rng",
     "diff_nodes",
     "restore",
+    "restore_all",
     "restore_rng",
     "snapshot",
 ]
@@ -64,6 +67,36 @@ def _is_plain_tensor(t: torch.Tensor) -> bool:
     return t.layout == torch.strided and not t.is_quantized and not t.is_nested
 
 
+class BufferPool:
+    """Reusable host buffers for snapshots, keyed by size.
+
+    Copying into memory that was already touched runs at memcpy speed; a fresh allocation
+    pays page faults on every epoch (measured here: 9-12 GB/s vs 0.85-2.7 GB/s). Buffers
+    for CUDA tensors are pinned, so device-to-host copies can run asynchronously.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[int, bool], list[torch.Tensor]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int, *, pinned: bool = False) -> torch.Tensor:
+        with self._lock:
+            free = self._free.get((nbytes, pinned))
+            if free:
+                return free.pop()
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+
+    def give(self, buffers: list[torch.Tensor]) -> None:
+        with self._lock:
+            for buf in buffers:
+                self._free.setdefault((buf.numel(), buf.is_pinned()), []).append(buf)
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(k[0] * len(v) for k, v in self._free.items())
+
+
 @dataclass
 class Pending:
     """A captured tree whose leaves still need hashing (and storing)."""
@@ -71,31 +104,64 @@ class Pending:
     tree: Any
     tensors: list[tuple[dict, torch.Tensor]] = field(default_factory=list)
     raw: list[tuple[dict, bytes]] = field(default_factory=list)
+    buffers: list[torch.Tensor] = field(default_factory=list)
+    pool: BufferPool | None = None
+    ready: Any = None  # a CUDA event that completes when the asynchronous copies have landed
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for _, t in self.tensors) + sum(len(b) for _, b in self.raw)
 
     def materialize(self, put: Callable[[memoryview | bytes, str], Any] | None = None) -> Any:
-        """Hash every leaf, hand its bytes to ``put(data, hash)`` if given; return the tree."""
-        for node, tensor in self.tensors:
-            data = _tensor_bytes(tensor)
-            node["h"] = hash_bytes(data)
-            if put is not None:
-                put(data, node["h"])
-        for node, data in self.raw:
-            node["h"] = hash_bytes(data)
-            if put is not None:
-                put(data, node["h"])
-        self.tensors, self.raw = [], []
+        """Hash every leaf, hand its bytes to ``put(data, hash)`` if given; return the tree.
+
+        Runs on the background writer; the pooled buffers go back to the pool afterwards.
+        """
+        try:
+            if self.ready is not None:
+                self.ready.synchronize()
+            for node, tensor in self.tensors:
+                data = _tensor_bytes(tensor)
+                node["h"] = hash_bytes(data)
+                if put is not None:
+                    put(data, node["h"])
+            for node, data in self.raw:
+                node["h"] = hash_bytes(data)
+                if put is not None:
+                    put(data, node["h"])
+        finally:
+            self.tensors, self.raw = [], []
+            if self.pool is not None:
+                self.pool.give(self.buffers)
+            self.buffers = []
         return self.tree
 
 
 class _Encoder:
-    def __init__(self, copy: bool) -> None:
+    def __init__(self, copy: bool, pool: BufferPool | None = None) -> None:
         self.copy = copy  # False when hashing in place (verification), True for a snapshot
-        self.pending = Pending(tree=None)
+        self.pool = pool
+        self.pending = Pending(tree=None, pool=pool)
         self._active: set[int] = set()
+        self._stream: Any = None
+
+    def _copy_cuda(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Device-to-host copy on a side stream; the training stream waits for it on the GPU
+        (not the host) before it may change ``src`` again."""
+        if self._stream is None:
+            self._stream = _side_stream(src.device)
+            self._stream.wait_stream(torch.cuda.current_stream(src.device))
+        with torch.cuda.stream(self._stream):
+            dst.copy_(src, non_blocking=True)
+        src.record_stream(self._stream)
+
+    def finish(self) -> Pending:
+        if self._stream is not None:
+            event = torch.cuda.Event()
+            event.record(self._stream)
+            torch.cuda.current_stream(self._stream.device).wait_stream(self._stream)
+            self.pending.ready = event
+        return self.pending
 
     def tensor(self, t: torch.Tensor, path: str) -> dict:
         if not _is_plain_tensor(t):
@@ -105,14 +171,25 @@ class _Encoder:
             "device": str(t.device), "rg": bool(t.requires_grad),
         }
         data = t.detach()
-        if data.device.type != "cpu":
-            data = data.to("cpu", memory_format=torch.contiguous_format)
-        elif self.copy or not data.is_contiguous():
-            data = data.clone(memory_format=torch.contiguous_format)
         if data.is_conj():
             data = data.resolve_conj()
         if data.is_neg():
             data = data.resolve_neg()
+        cuda = data.device.type == "cuda"
+        if self.copy and self.pool is not None and (cuda or data.device.type == "cpu"):
+            nbytes = data.numel() * data.element_size()
+            buf = self.pool.take(nbytes, pinned=cuda)
+            self.pending.buffers.append(buf)
+            dst = buf.view(data.dtype).view(data.shape) if nbytes else torch.empty(data.shape, dtype=data.dtype)
+            if cuda:
+                self._copy_cuda(data, dst)
+            else:
+                dst.copy_(data)
+            data = dst
+        elif data.device.type != "cpu":
+            data = data.to("cpu", memory_format=torch.contiguous_format)
+        elif self.copy or not data.is_contiguous():
+            data = data.clone(memory_format=torch.contiguous_format)
         self.pending.tensors.append((node, data))
         return node
 
@@ -158,6 +235,8 @@ class _Encoder:
 
     def _encode_container(self, obj: Any, path: str) -> Any:
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+            if all(type(x) in _PRIMITIVES for x in obj):  # fast path: e.g. Python's RNG state
+                return {"t": type(obj).__name__, "v": list(obj)}
             return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}[{i}]") for i, x in enumerate(obj)]}
         if isinstance(obj, dict) and type(obj) in (dict, OrderedDict):
             node = {
@@ -184,11 +263,21 @@ class _Encoder:
         return self.pickled(obj, path)
 
 
-def snapshot(objs: Any, *, copy: bool = True, path: str = "") -> Pending:
-    """Encode ``objs``; with ``copy`` every tensor is copied so training may go on at once."""
-    enc = _Encoder(copy=copy)
+def snapshot(objs: Any, *, copy: bool = True, path: str = "", pool: BufferPool | None = None) -> Pending:
+    """Encode ``objs``; with ``copy`` every tensor is copied so training may go on at once
+    (into ``pool``'s reusable buffers when given)."""
+    enc = _Encoder(copy=copy, pool=pool)
     enc.pending.tree = enc.encode(objs, path)
-    return enc.pending
+    return enc.finish()
+
+
+_STREAMS: dict[Any, Any] = {}
+
+
+def _side_stream(device: torch.device) -> Any:
+    if device not in _STREAMS:
+        _STREAMS[device] = torch.cuda.Stream(device=device)
+    return _STREAMS[device]
 
 
 # -- RNG ---------------------------------------------------------------------------------
@@ -364,6 +453,17 @@ def restore(live: Any, node: Any, load: Loader, path: str = "") -> Any:
             f"cannot restore {path or 'an object'} ({node.get('cls', kind)}): {exc}; was the object "
             "built differently from the recording (architecture, parameter groups)?"
         ) from exc
+
+
+def restore_all(objs: list, objects: Any, rng: Any, load: Loader) -> list:
+    """Restore ``objs`` from ``objects`` in place, then the global RNGs from ``rng``.
+
+    RNG state goes last: restoring an object may itself draw random numbers (a sampler
+    re-seeding, a module re-initializing), and those draws must not leak into training.
+    """
+    restored = restore(objs, objects, load)
+    restore_rng(decode(rng, load))
+    return restored
 
 
 # -- comparing ---------------------------------------------------------------------------

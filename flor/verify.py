@@ -120,6 +120,7 @@ class Summary:
     hindsight: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     log_cause: str | None = None
+    failed: str | None = None  # the exception that ended the script, if any
 
     @property
     def diverged(self) -> bool:
@@ -134,7 +135,7 @@ class Summary:
 
     def to_json(self) -> dict:
         return {
-            "verdict": "diverged" if self.diverged else "verified exact",
+            "verdict": "failed" if self.failed else "diverged" if self.diverged else "verified exact",
             "counts": self.counts(), "shared_logs": self.shared_logs,
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
             "blocks": [e.__dict__ for e in self.events],
@@ -167,7 +168,9 @@ class Summary:
         blocks = f"{c['restored']} blocks restored, {c['matched'] + c['diverged']} executed and checked " \
                  f"({c['diverged']} diverged), {c['executed']} re-executed without a checkpoint"
         logs = f"{self.shared_logs - len(self.log_mismatches)}/{self.shared_logs} shared log values equal"
-        if self.diverged:
+        if self.failed:
+            lines.append(f"flor: replay FAILED ({self.failed}) before it finished: {blocks}; {logs}")
+        elif self.diverged:
             lines.append(f"flor: replay DIVERGED: {blocks}; {logs}")
         else:
             lines.append(f"flor: replay verified exact: {blocks}; {logs}")

@@ -28,6 +28,9 @@ class Runner:
             env.pop(k, None)
         env["FLOR_HOME"] = str(self.home)
         env.setdefault("OMP_NUM_THREADS", "1")
+        # toy epochs last milliseconds, so the adaptive policy would thin their checkpoints:
+        # tests get a fixed schedule unless they test the policy itself
+        env["FLOR_EVERY"] = "1"
         env["PYTHONHASHSEED"] = "0"
         env.update(extra)
         return env

@@ -83,3 +83,62 @@ def test_sparse_checkpoints_initialize_from_nearest_earlier():
 )
 def test_block_action(checkpointed, probed, initializing, action):
     assert block_action(checkpointed=checkpointed, probed=probed, initializing=initializing) == action
+
+
+# -- epoch selection and the cost model (flor replay --epochs, --plan) ---------------------
+
+from flor.plan import BlockCost, EpochCost, epoch_seconds, estimate, fastest, restorable_epochs, select  # noqa: E402
+
+
+@pytest.mark.parametrize("epochs, epoch_range, expected", [
+    (10, None, range(10)), (10, (4, 7), range(4, 7)), (10, (8, None), range(8, 10)),
+    (10, (8, 50), range(8, 10)), (10, (12, 20), range(10, 10)), (10, (0, 1), range(0, 1)),
+])
+def test_select(epochs, epoch_range, expected):
+    assert select(epochs, epoch_range) == expected
+
+
+@given(epochs=st.integers(1, 60), ngpus=st.integers(1, 12), data=st.data())
+@settings(max_examples=200, deadline=None)
+def test_selected_epochs_are_covered_exactly_once(epochs, ngpus, data):
+    a = data.draw(st.integers(0, epochs - 1))
+    b = data.draw(st.integers(a + 1, epochs))
+    restorable = data.draw(st.sets(st.integers(0, epochs - 1)))
+    plans = [make_plan(epochs, p, ngpus, restorable, within=range(a, b)) for p in range(ngpus)]
+    assert sorted(e for p in plans for e in p.segment) == list(range(a, b))
+    for p in plans:
+        if len(p.segment):
+            assert p.first == 0 or p.first in restorable  # rebuilt from a known state ...
+            assert not any(p.first < e < p.segment.start for e in restorable)  # ... the nearest one
+    # values after the loop are exact only when the selection reaches the end
+    assert [p.reports_after for p in plans].count(True) == (1 if b == epochs else 0)
+
+
+def test_restorable_epochs_need_every_block():
+    blocks = {"0": [["a", 0], ["b", 0]], "1": [["a", 0]], "2": [], "3": [["a", 0], ["a", 1]]}
+    available = {("a", 0, 0), ("b", 0, 0), ("a", 1, 0), ("a", 3, 0)}
+    assert restorable_epochs(blocks, available) == {0, 1}
+
+
+COSTS = [EpochCost(0.5, (BlockCost("train", 10.0, 0.25, True),)) for _ in range(8)]
+
+
+def test_estimate_follows_block_actions():
+    # restored epochs cost outer + restore; probed ones outer + run + check
+    assert estimate(COSTS, 1, range(8), startup_s=2.0) == [2.0 + 8 * 0.75]
+    assert estimate(COSTS, 1, range(8), startup_s=2.0, probed=True) == [2.0 + 8 * 10.75]
+    # worker 1 of 2 initializes epoch 3 (restored, even when probed) then probes 4-7
+    assert estimate(COSTS, 2, range(8), startup_s=2.0, probed={"train"}) == [2.0 + 4 * 10.75, 2.0 + 0.75 + 4 * 10.75]
+    # without checkpoints worker 1 re-executes epochs 0-3 first
+    bare = [EpochCost(0.5, (BlockCost("train", 10.0, 0.25, False),)) for _ in range(8)]
+    assert estimate(bare, 2, set(), startup_s=0.0)[1] == 8 * 10.5
+    assert epoch_seconds(COSTS[0], probed={"other"}, initializing=False) == 0.75
+
+
+def test_fastest_weighs_startup_and_sharing():
+    # probed epochs dominate: more workers help, up to the cores (slowdown past 4)
+    n, t = fastest(COSTS, range(8), startup_s=2.0, max_workers=8, probed=True,
+                   slowdown=lambda n: max(1.0, n / 4))
+    assert (n, t) == (4, 2.0 + 0.75 + 2 * 10.75)
+    # restored epochs are cheap: startup dominates, and on 2 cores a third worker only adds sharing
+    assert fastest(COSTS, range(8), startup_s=2.0, max_workers=8, slowdown=lambda n: max(1.0, n / 2)) == (2, 5.75)

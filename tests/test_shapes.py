@@ -72,3 +72,26 @@ def test_a_crash_leaves_every_earlier_checkpoint_readable(runner: Runner):
     assert "the recording did not finish (its process is gone" in rep.stderr
     assert "the loop has no len() and the recording ended after 3 epochs" in rep.stderr
     assert "fit: restored: epochs 1-2" in rep.stderr and "verified exact" in rep.stderr
+
+
+def test_adaptive_policy_thins_checkpoints_and_replay_stays_exact(runner: Runner):
+    """With a tiny overhead budget most epochs go without a checkpoint; the schedule is in
+    run.json, the manifests match it, and a 2-worker replay still equals a full re-execution."""
+    r = runner
+    env = r.env(FLOR_OVERHEAD="0.0005")
+    env.pop("FLOR_EVERY")
+    proc = r.run(r.script(), "--epochs", "6", "--flor", "adaptive", env=env)
+    assert "flor: checkpointed" in proc.stderr and "--flor_overhead" in proc.stderr
+    run = next((r.home / "adaptive" / "runs").iterdir())
+    policy = json.loads((run / "run.json").read_text())["checkpoint_policy"]
+    assert policy["mode"] == "adaptive" and policy["overhead_budget"] == 0.0005
+    assert policy["checkpointed_epochs"][0] == 0 and policy["skipped_epochs"]
+    assert sorted(policy["checkpointed_epochs"] + policy["skipped_epochs"]) == list(range(6))
+    stems = sorted(int(p.stem) for p in (run / "checkpoints" / "training_loop").iterdir())
+    assert stems == policy["checkpointed_epochs"]
+    edited = r.script(edits={"    # OUTER": '    flor.log("bias", net[3].bias.sum().item())'}, dest="edited.py")
+    r.run(edited, "--epochs", "6", "--flor", "full")
+    env = r.env(FLOR_REPLAY_ID="ad")
+    for w in ("0/2", "1/2"):
+        assert "verified exact" in r.run(edited, "--epochs", "6", "--flor", "adaptive", "--replay_flor", w, env=env).stderr
+    assert values([x for x in r.logs("adaptive") if x["replay"] == "ad"]) == values(r.logs("full"))

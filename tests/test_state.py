@@ -196,3 +196,25 @@ def test_errors_name_the_problem():
     tree, blobs = roundtrip([torch.nn.Linear(2, 3)])
     with pytest.raises(StateError, match="built differently"):
         restore([net], tree, blobs.__getitem__)
+
+
+def test_pooled_snapshots_reuse_buffers_and_stay_exact():
+    from flor.state import BufferPool
+
+    pool = BufferPool()
+    net = torch.nn.Linear(64, 32)
+    first = snapshot([net], pool=pool)
+    buffers = {b.data_ptr() for b in first.buffers}
+    blobs = MemoryBlobs()
+    tree1 = first.materialize(blobs.put)
+    assert pool.nbytes == sum(p.numel() * 4 for p in net.parameters())  # back in the pool
+    with torch.no_grad():
+        net.weight += 1
+    second = snapshot([net], pool=pool)
+    assert {b.data_ptr() for b in second.buffers} == buffers  # the same memory, no new allocation
+    with torch.no_grad():
+        net.weight -= 1  # training goes on: the snapshot must hold the values at end() time
+    tree2 = second.materialize(blobs.put)
+    assert diff_nodes(tree1, tree2) == ["[0].weight"]
+    restored = restore([torch.nn.Linear(64, 32)], tree2, blobs.__getitem__)[0]
+    assert torch.equal(restored.weight, net.weight + 1) and torch.equal(restored.bias, net.bias)
