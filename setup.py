@@ -24,7 +24,7 @@ setup(
         # flor replay --ray: one Ray task per replay segment (docs/parallel.md)
         "ray": ["ray>=2.9"],
         # the S3 tests start a real S3-compatible server (moto's) on 127.0.0.1
-        "test": ["pytest>=7", "hypothesis>=6", "pandas>=1.5", "scikit-learn>=1.1", "boto3>=1.36", "moto[server]>=5",
+        "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "pandas>=1.5", "scikit-learn>=1.1", "boto3>=1.36", "moto[server]>=5",
                  "matplotlib>=3.5", "tensorboard>=2.10",
                  # tests/test_launch_ray.py; Ray installs in ~20 s (one 80 MB wheel), the test is skipped without it
                  "ray>=2.9"],

@@ -12,7 +12,8 @@ __all__ = ["CheckpointPolicy"]
 
 @dataclass
 class CheckpointPolicy:
-    """Keep the training thread's checkpoint stall within ``overhead`` of training time.
+    """Keep the training thread's checkpoint stall (plus, on CPU-only training, the share of
+    the cores the background work takes) within ``overhead`` of training time.
 
     The stall of each block's last checkpoint is the estimate for its next one, and is
     measured again every time (model size, disk speed and contention change during a run).
@@ -31,7 +32,9 @@ class CheckpointPolicy:
     overhead: float = 0.01
     every: int | None = None
     stall_s: float = 0.0
+    background_s: float = 0.0
     estimate: dict[str, float] = field(default_factory=dict)
+    background: dict[str, float] = field(default_factory=dict)
     checkpointed: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
 
@@ -43,7 +46,10 @@ class CheckpointPolicy:
             ok = epoch % self.every == 0
         else:
             expected = self.estimate.get(block)
-            ok = expected is None or self.stall_s + expected <= self.overhead * max(elapsed - self.stall_s, 0.0)
+            if expected is not None:
+                expected += self.background.get(block, 0.0)
+            spent = self.stall_s + self.background_s
+            ok = expected is None or spent + expected <= self.overhead * max(elapsed - self.stall_s, 0.0)
         if not ok and (not self.skipped or self.skipped[-1] != epoch):
             self.skipped.append(epoch)
         return ok
@@ -55,9 +61,20 @@ class CheckpointPolicy:
         if epoch is not None and (not self.checkpointed or self.checkpointed[-1] != epoch):
             self.checkpointed.append(epoch)
 
+    def observe_background(self, block: str, seconds: float) -> None:
+        """Account the share of the machine one checkpoint's background work took.
+
+        Where training runs on the CPU, the background thread's hashing and writing take
+        cores from training: the recorder reports that CPU time divided by the cores, and it
+        counts against the budget like a stall. (Called from the background thread.)
+        """
+        self.background_s += seconds
+        self.background[block] = seconds
+
     def describe(self) -> dict:
         return {
             "mode": "every" if self.every is not None else "adaptive", "every": self.every,
             "overhead_budget": self.overhead, "stall_s": round(self.stall_s, 6),
+            "background_share_s": round(self.background_s, 6),
             "checkpointed_epochs": self.checkpointed, "skipped_epochs": self.skipped,
         }

@@ -164,6 +164,7 @@ class RecordSession(Session):
         snap_s = time.perf_counter() - t0
         manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
         nbytes = objects.nbytes + rng.nbytes
+        on_gpu = objects.ready is not None  # the snapshot copied from a CUDA device
 
         def job() -> None:
             cpu0 = time.thread_time()
@@ -190,8 +191,11 @@ class RecordSession(Session):
             self.store.write_json(manifest_key, manifest)
             if self.spool is not None:  # queued only now: a manifest goes up after its blobs
                 self.spool.checkpoint(manifest_key)
-            self.background_cpu_s += time.thread_time() - cpu0
+            cpu = time.thread_time() - cpu0
+            self.background_cpu_s += cpu
             self.bytes_written += written[0]
+            if not on_gpu:  # training on the CPU shares the cores with this thread
+                self.policy.observe_background(name, cpu / _cores())
 
         self.writer.submit(job, nbytes, lambda exc: self._failed(name, epoch, exc))
         stall = time.perf_counter() - t0  # the snapshot, plus any wait for the memory budget
@@ -245,3 +249,9 @@ def _digest(body: dict) -> str:
 
     return hash_bytes(dumps(body))
 
+
+def _cores() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

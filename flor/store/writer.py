@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import warnings
@@ -34,6 +35,12 @@ class BackgroundWriter:
         self._queue.put((job, nbytes, on_error))
 
     def _run(self) -> None:
+        # Hashing and writing yield to training: with every core busy training (a CPU-only
+        # machine), this thread runs only when a core would otherwise be idle.
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread, on Linux
+        except (AttributeError, OSError):
+            pass
         while True:
             item = self._queue.get()
             if item is None:

@@ -1,0 +1,109 @@
+"""The ``flor`` command: one function per subcommand. Errors exit 2 with one line.
+
+Subcommands live by topic: ``analysis`` (logs, metrics, show, plot, compare), ``spool``
+(spool, pull) and ``replay``; this module has ``ls``, the parser and ``main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import FlorError
+from ..settings import SETTINGS, validate_name
+from ..store import ExperimentStore
+from .analysis import add_analysis_commands
+from .common import human_size
+from .replay import add_replay_command
+from .spool import add_spool_commands
+
+__all__ = ["main"]
+
+EPILOG = """examples:
+  flor ls                               experiments under FLOR_HOME (~/.flor)
+  flor ls cnn-demo                      its runs: status, epochs, checkpoints, size
+  flor logs cnn-demo                    the latest run's values, one JSON object a line
+  flor logs cnn-demo --run all --format csv > logs.csv
+  flor logs cnn-demo --format table           one row per epoch, hindsight columns marked
+  flor show cnn-demo                          one run: config, status, checkpoints, values
+  flor plot cnn-demo val_acc -o acc.png       curves against epoch, runs overlaid
+  flor compare cnn-demo --by lr --metric val_acc      mean ± std over seeds, ranked
+  flor metrics cnn-demo --definitions defs.json       regex metrics from printed lines
+  flor replay cnn-demo --workers 2 -- python train.py  parallel replay; --plan to estimate first
+Every command takes --help.
+"""
+
+
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    home: Path = SETTINGS.home
+    if args.name is None:
+        names = sorted(p.name for p in home.iterdir() if (p / "runs").is_dir()) if home.is_dir() else []
+        if not names:
+            print(f"no experiments under {home}; record one with: python train.py --flor NAME")
+            return 0
+        print(f"{'experiment':<24} {'runs':>4}  {'latest run':<30} {'size':>9}")
+        for name in names:
+            store = ExperimentStore(home, name)
+            runs = store.runs()
+            print(f"{name:<24} {len(runs):>4}  {runs[-1] if runs else '-':<30} {human_size(store.disk_usage()):>9}")
+        return 0
+    store = ExperimentStore(home, validate_name(args.name))
+    runs = store.runs()
+    if not runs:
+        raise FlorError(f"no experiment {args.name!r} under {home}; `flor ls` lists them")
+    print(f"{'run':<30} {'status':<11} {'started (UTC)':<19} {'epochs':>6} {'ckpts':>5} {'ckpt size':>10}")
+    for run in runs:
+        meta = store.read_run(run)
+        manifests = list(store.manifests(run))
+        size = 0
+        for block, epoch, occ in manifests:
+            size += int(store.read_manifest(run, block, epoch, occ).get("new_bytes", 0))
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(meta.get("started", 0)))
+        print(f"{run:<30} {meta.get('status', '?'):<11} {started:<19} {meta.get('epochs_done', 0):>6} "
+              f"{len(manifests):>5} {human_size(size):>10}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flor", description="Hindsight logging for PyTorch: list, read, plot, compare, spool and replay recorded runs.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("ls", help="list experiments, or the runs of one", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", help="an experiment: list its runs")
+    p.set_defaults(func=cmd_ls)
+    add_analysis_commands(sub)
+    add_spool_commands(sub)
+    add_replay_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if argv[:1] == ["replay"] and "--" in argv:  # the training command after -- is not flor's to parse
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
+    args = parser.parse_args(argv)
+    if command:
+        args.cmd = command
+    try:
+        return int(args.func(args) or 0)
+    except FlorError as exc:
+        print(f"flor: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

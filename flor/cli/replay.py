@@ -1,0 +1,115 @@
+"""``flor`` subcommands: replay: parallel replay on this machine, --plan, --report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..errors import FlorError
+from ..settings import SETTINGS, validate_name
+from ..store import ExperimentStore
+
+from .common import subcommand
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from ..estimate import estimate_replay
+    from ..launch import _script_of, detect_gpus, run_launch
+    from ..report import print_plan, replay_report
+    from ..plan import select
+    from ..settings import parse_epoch_range
+
+    store = ExperimentStore(SETTINGS.home, validate_name(args.name))
+    run = store.resolve_run(args.run)
+    if args.report is not None:
+        rep = replay_report(store, run, None if args.report == "latest" else args.report)
+        print(json.dumps({k: v for k, v in rep.items() if k != "text"}, indent=1, default=str) if args.json
+              else rep["text"])
+        return 0 if not rep["missing"] else 1
+    if args.workers is not None and args.workers < 1:
+        raise FlorError(f"--workers {args.workers}: give at least 1")
+    gpus = detect_gpus(args.gpus)
+    epoch_range = parse_epoch_range(args.epochs, "--epochs") if args.epochs else None
+    command = list(args.cmd or [])
+    args.threads = _replay_threads(args, store, run, gpus, epoch_range, command)
+    if args.plan:
+        meta = store.read_run(run)
+        n_epochs = int(meta.get("epochs_planned") or meta.get("epochs_done") or 0)
+        within = select(n_epochs, epoch_range) if epoch_range else None
+        kw = dict(script=_script_of(command), within=within, strong=args.strong, threads=args.threads, gpus=gpus)
+        workers = args.workers or (len(gpus) if gpus else estimate_replay(store, run, meta, workers=1, **kw).fastest[0])
+        est = estimate_replay(store, run, meta, workers=workers, **kw)
+        if args.json:
+            print(json.dumps({"run": run, "workers": workers, "estimate_s": round(est.total_s, 3),
+                              "seconds": [round(x, 3) for x in est.seconds], "startup_s": round(est.startup_s, 3),
+                              "startup_from": est.startup_from, "fastest": list(est.fastest),
+                              "by_count": est.by_count, "probed": sorted(est.probed) if est.probed is not True else True,
+                              "segments": [[p.segment.start, p.segment.stop] for p in est.plans],
+                              "init": [[p.init.start, p.init.stop] for p in est.plans]}, indent=1))
+        else:
+            print_plan(est, name=args.name, run=run, meta=meta, gpus=gpus, within=within, out=sys.stdout)
+            if not command:
+                print("  (no command given: blocks counted as not probed; add -- python SCRIPT.py ARGS to check)")
+        return 0
+    return run_launch(store, run, command, workers=args.workers, gpus=gpus, epoch_range=epoch_range,
+                      strong=args.strong, threads=args.threads, fresh=args.fresh, ray=args.ray)
+
+
+def _replay_threads(args: argparse.Namespace, store: ExperimentStore, run: str, gpus: list[str],
+                    epoch_range: tuple[int, int | None] | None, command: list[str]) -> int | None:
+    """``--threads``: a number, or ``auto`` (the cores divided among the workers)."""
+    from ..estimate import cores, estimate_replay
+    from ..launch import _script_of
+    from ..plan import select
+
+    if args.threads is None:
+        return None
+    if args.threads != "auto":
+        if not args.threads.isdigit() or int(args.threads) < 1:
+            raise FlorError(f"--threads {args.threads!r}: give a number of threads like 2, or auto")
+        return int(args.threads)
+    workers = args.workers or len(gpus)
+    if not workers:  # the fastest count with one thread a worker
+        meta = store.read_run(run)
+        n = int(meta.get("epochs_planned") or meta.get("epochs_done") or 0)
+        workers = estimate_replay(store, run, meta, workers=1, script=_script_of(command), threads=1, gpus=gpus,
+                                  within=select(n, epoch_range) if epoch_range else None).fastest[0]
+        args.workers = workers
+    return max(1, cores() // workers)
+
+
+def add_replay_command(sub: Any) -> None:
+    """replay: parallel replay on this machine, its plan, and merged reports."""
+    p = subcommand(sub, "replay", "replay a recorded run with several workers on this machine, and merge their results", """\
+  flor replay cnn-demo -- python train.py --epochs 8          workers: one a GPU, or the fastest count on CPU
+  flor replay cnn-demo --workers 2 -- python train.py --epochs 8
+  flor replay cnn-demo --gpus 0,1,2,3 --epochs 40:61 -- python train.py   epochs 40 to 60 only
+  flor replay cnn-demo --plan --workers 8 -- python train.py  segments and estimated time; runs nothing
+  flor replay cnn-demo --report                               merged summary of the newest replay (torchrun, Slurm...)
+  flor replay cnn-demo --ray --workers 8 -- python train.py   one Ray task a segment
+Run the same command again after a failure: only the missing segments replay. See docs/parallel.md.
+""")
+    p.add_argument("name", help="the experiment (the NAME given to --flor)")
+    p.usage = "flor replay NAME [options] [-- COMMAND ...]"
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: one per GPU; on CPU the count --plan finds fastest)")
+    p.add_argument("--gpus", default="auto",
+                   help="GPU ids like 0,1,2; auto (default: CUDA_VISIBLE_DEVICES, else nvidia-smi); none for CPU")
+    p.add_argument("--epochs", default=None, metavar="A:B",
+                   help="replay only epochs A..B-1 (a Python slice: 40:61, 40:, :10, 7), from the nearest checkpoints")
+    p.add_argument("--strong", action="store_true", help="initialize every worker from epoch 0")
+    p.add_argument("--threads", default=None, metavar="N|auto",
+                   help="torch threads per worker instead of the recorded count (not bit-exact); "
+                        "auto: this machine's cores divided among the workers")
+    p.add_argument("--run", default=None, help="a run id or unique prefix; default: the latest")
+    p.add_argument("--fresh", action="store_true", help="start a new replay instead of resuming an unfinished one")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the workers as Ray tasks, one a segment (num_gpus=1 each on a GPU cluster); "
+                        "ADDRESS or RAY_ADDRESS joins a cluster, else a local Ray starts (pip install 'flor[ray]')")
+    p.add_argument("--plan", action="store_true", help="print the segments and estimated times, and run nothing")
+    p.add_argument("--report", nargs="?", const="latest", default=None, metavar="REPLAY_ID",
+                   help="print the merged summary of a replay (default: the newest), however it was launched")
+    p.add_argument("--json", action="store_true", help="--plan and --report as JSON")
+    p.set_defaults(func=cmd_replay, cmd=[])
