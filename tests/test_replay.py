@@ -35,10 +35,6 @@ def full(r: Runner, tag: str) -> dict:
     return values(r.logs(f"full-{tag}"), "record")
 
 
-def replayed(r: Runner, proc_out: str | None = None) -> dict:
-    return values([x for x in r.logs("toy") if x["source"] == "replay"])
-
-
 def latest_replay(r: Runner) -> list[dict]:
     logs = [x for x in r.logs("toy") if x["source"] == "replay"]
     newest = max(x["replay"] for x in logs)
