@@ -16,6 +16,7 @@ from .logs import LogWriter, read_run_logs, retire_worker_files
 from .ddp import check_replay_world, shared_replay_id
 from .plan import ReplayPlan, block_action, make_plan, select
 from .runinfo import redact_argv
+from .store.experiment import blob_hashes
 from .session import Session, as_result, pid_alive
 from .settings import Settings
 from .verify import (
@@ -28,18 +29,6 @@ __all__ = ["ReplaySession", "new_replay_id"]
 
 def new_replay_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + uuid.uuid4().hex[:4]
-
-
-def _hashes(node: Any, out: set[str]) -> set[str]:
-    if isinstance(node, dict):
-        if "h" in node:
-            out.add(node["h"])
-        for v in node.values():
-            _hashes(v, out)
-    elif isinstance(node, list):
-        for v in node:
-            _hashes(v, out)
-    return out
 
 
 class ReplaySession(Session):
@@ -243,7 +232,7 @@ class ReplaySession(Session):
         now = snapshot(capture_rng(), copy=False).materialize()
         differs = sorted({p.split(".")[0].split("[")[0] for p in diff_nodes(manifest["rng_start"], now)})
         if differs:
-            cache = self.store.blobs.get_many(_hashes(manifest["rng_start"], set()))
+            cache = self.store.blobs.get_many(blob_hashes(manifest["rng_start"]))
             restore_rng(decode(manifest["rng_start"], cache.__getitem__))
             if not self._rng_noted:
                 self._rng_noted = True
@@ -253,7 +242,7 @@ class ReplaySession(Session):
     def _load(self, key: tuple[str, int | None, int]) -> tuple[dict, dict[str, bytes]]:
         """A checkpoint's manifest and the verified bytes of every blob it names."""
         manifest = self.store.read_manifest(self.run, *key)
-        return manifest, self.store.blobs.get_many(_hashes(manifest, set()))
+        return manifest, self.store.blobs.get_many(blob_hashes(manifest))
 
     def _fetch(self, key: tuple[str, int | None, int]) -> tuple[dict, dict[str, bytes]]:
         future = self._prefetched.pop(key, None)
@@ -324,7 +313,7 @@ class ReplaySession(Session):
             event.cause = CAUSE_NOT_PASSED
         else:
             event.cause = CAUSE_NONDET
-        cache = self.store.blobs.get_many(_hashes(manifest, set()))
+        cache = self.store.blobs.get_many(blob_hashes(manifest))
         return self._restore(manifest, cache, objs), event  # go on from the recorded state
 
     @staticmethod

@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 from ..logs import merge_newest, read_run_logs
+from ..store.experiment import dir_size, human_size
 from .frame import mark_hindsight, open_experiment, select_runs
 from .summary import summarize
 
 __all__ = ["run_report", "render_report"]
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
-
-
-def _dir_size(path: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def _when(t: float | None) -> str:
@@ -71,7 +52,7 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
     return {
         "name": name, "run": run_id, "meta": meta, "run_dir": str(run_dir),
         "checkpoints": len(manifests), "checkpoint_blocks": sorted({b for b, _, _ in manifests}),
-        "checkpoint_bytes": ckpt_bytes, "run_bytes": _dir_size(run_dir), "experiment_bytes": store.disk_usage(),
+        "checkpoint_bytes": ckpt_bytes, "run_bytes": dir_size(run_dir), "experiment_bytes": store.disk_usage(),
         "values": values,
         "replays": {k: {"workers": v["workers"], "verdict": " / ".join(sorted(v["verdicts"])),
                         "hindsight": sorted(v["hindsight"])} for k, v in replays.items()},
@@ -143,8 +124,8 @@ def render_report(rep: dict[str, Any]) -> str:
     fails = len(meta.get("checkpoint_failures") or [])
     row("checkpoints", f"{rep['checkpoints']} ({', '.join(rep['checkpoint_blocks']) or 'no blocks'})"
                        + _policy(meta) + (f", {fails} failed" if fails else ""))
-    row("storage", f"run folder {_size(rep['run_bytes'])}, new checkpoint bytes {_size(rep['checkpoint_bytes'])}, "
-                   f"experiment (shared objects) {_size(rep['experiment_bytes'])}")
+    row("storage", f"run folder {human_size(rep['run_bytes'])}, new checkpoint bytes {human_size(rep['checkpoint_bytes'])}, "
+                   f"experiment (shared objects) {human_size(rep['experiment_bytes'])}")
     if rep["replays"]:
         for rid, r in rep["replays"].items():
             hs = f"; hindsight: {', '.join(r['hindsight'])}" if r["hindsight"] else ""

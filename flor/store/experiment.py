@@ -16,7 +16,7 @@ from ..errors import CheckpointError, ReplayError, StorageError
 from .blobs import BlobStore
 from .local import LocalBackend
 
-__all__ = ["ExperimentStore", "checkpoint_key", "parse_checkpoint_key"]
+__all__ = ["ExperimentStore", "blob_hashes", "checkpoint_key", "dir_size", "human_size", "parse_checkpoint_key"]
 
 _BLOCK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
@@ -31,6 +31,41 @@ def checkpoint_key(epoch: int | None, occurrence: int) -> str:
 def parse_checkpoint_key(stem: str) -> tuple[int | None, int]:
     base, _, occ = stem.partition("-")
     return (None if base == "outside" else int(base)), int(occ or 0)
+
+
+def blob_hashes(node: Any, out: set[str] | None = None) -> set[str]:
+    """Every blob hash a manifest (or part of one) names."""
+    out = set() if out is None else out
+    if isinstance(node, dict):
+        if isinstance(node.get("h"), str):
+            out.add(node["h"])
+        for v in node.values():
+            blob_hashes(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            blob_hashes(v, out)
+    return out
+
+
+def dir_size(path: Path) -> int:
+    """Bytes of every file under ``path`` (links not followed)."""
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def human_size(n: float) -> str:
+    """``512 B``, ``12.3 KB``, ``4.0 MB``: binary units, one decimal."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
 
 
 def dumps(obj: Any) -> bytes:
@@ -127,11 +162,4 @@ class ExperimentStore:
         return self.read_json(self.manifest_key(run, block, epoch, occurrence))
 
     def disk_usage(self) -> int:
-        total = 0
-        for dirpath, _, files in os.walk(self.root):
-            for f in files:
-                try:
-                    total += os.lstat(os.path.join(dirpath, f)).st_size
-                except OSError:
-                    pass
-        return total
+        return dir_size(self.root)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..errors import CorruptBlobError, FlorError, StorageError
+from .experiment import blob_hashes
 from .blobs import blob_key
 from .hashing import hash_bytes
 from .journal import SpoolJournal
@@ -39,20 +40,6 @@ if TYPE_CHECKING:
     from .s3 import S3Backend
 
 __all__ = ["BackgroundSpool", "SpoolJournal", "Spooler", "blob_hashes", "format_size", "parallel", "spool_files"]
-
-
-def blob_hashes(node: Any, out: set[str] | None = None) -> set[str]:
-    """Every blob hash a manifest (or part of one) names."""
-    out = set() if out is None else out
-    if isinstance(node, dict):
-        if isinstance(node.get("h"), str):
-            out.add(node["h"])
-        for v in node.values():
-            blob_hashes(v, out)
-    elif isinstance(node, list):
-        for v in node:
-            blob_hashes(v, out)
-    return out
 
 
 def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> list:
