@@ -74,7 +74,9 @@ def median(xs: list[float]) -> float:
 
 
 def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    from flor.store.experiment import dir_size
+
+    return dir_size(path)
 
 
 def save(name: str, result: dict[str, Any]) -> Path:

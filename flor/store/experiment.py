@@ -59,13 +59,13 @@ def dir_size(path: Path) -> int:
     return total
 
 
-def human_size(n: float) -> str:
-    """``512 B``, ``12.3 KB``, ``4.0 MB``: binary units, one decimal."""
+def human_size(n: float, *, base: int = 1024) -> str:
+    """``512 B``, ``12.3 KB``, ``4.0 MB``: one decimal, units of ``base`` (1024 or 1000)."""
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+        if n < base or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
+        n /= base
+    return f"{n:.1f} GB"  # pragma: no cover
 
 
 def dumps(obj: Any) -> bytes:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..errors import CorruptBlobError, FlorError, StorageError
-from .experiment import blob_hashes
+from .experiment import blob_hashes, human_size
 from .blobs import blob_key
 from .hashing import hash_bytes
 from .journal import SpoolJournal
@@ -72,12 +72,8 @@ def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> li
 
 
 def format_size(n: float) -> str:
-    """``512 B``, ``12.3 KB``, ``4.0 MB``, ``1.2 GB``."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"  # pragma: no cover
+    """``512 B``, ``12.3 KB``, ``4.0 MB``, ``1.2 GB``: decimal units, as S3 consoles show them."""
+    return human_size(n, base=1000)
 
 
 @dataclass
