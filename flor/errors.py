@@ -15,6 +15,8 @@ Every message says what happened, shows the offending value and says what to do 
 
 from __future__ import annotations
 
+import warnings
+
 __all__ = [
     "CheckpointError",
     "ConfigError",
@@ -23,6 +25,7 @@ __all__ = [
     "ReplayError",
     "StateError",
     "StorageError",
+    "warn",
 ]
 
 
@@ -52,3 +55,8 @@ class StateError(FlorError):
 
 class ReplayError(FlorError):
     """The script being replayed no longer matches its recording."""
+
+
+def warn(message: str) -> None:
+    """A warning that never stops training, printed once per message (``flor: ...``)."""
+    warnings.warn(f"flor: {message}", RuntimeWarning, stacklevel=3)

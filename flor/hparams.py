@@ -145,7 +145,7 @@ def _convert(name: str, text: str | None, default: Any) -> Any:
         ) from exc
 
 
-def arg(name: str, default: T) -> T:
+def arg(name: str, default: T, session: Any = None) -> T:
     """Declare a hyperparameter: its value for this run, recorded with the run.
 
     Recording (and plain runs): ``--NAME VALUE`` (or ``--NAME=VALUE``) on the command line
@@ -164,11 +164,8 @@ def arg(name: str, default: T) -> T:
         raise ConfigError(f"flor.arg needs a name like 'lr', not {name!r}")
     if name in _ARGS:
         return _ARGS[name]
-    from .session import current
-
     given, text = _from_command_line(name, list(sys.argv[1:]))
     wanted = _convert(name, text, default) if given else default
-    session = current()
     value = wanted
     if session is not None and session.mode == "replay":
         recorded = (session.meta.get("hyperparameters") or {})

@@ -152,7 +152,7 @@ def _nvidia_driver() -> str | None:
 
 
 def versions() -> dict[str, Any]:
-    from . import __version__
+    from ._version import __version__
 
     out: dict[str, Any] = {
         "flor": __version__, "python": platform.python_version(), "platform": platform.platform(),

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .errors import ConfigError
+from .placement import parse_segment, shared_replay_id, worker_place
 
 __all__ = ["Settings", "parse", "parse_epoch_range", "parse_s3_url", "validate_name", "SETTINGS"]
 
@@ -104,24 +105,6 @@ def validate_name(name: str) -> str:
             "starting with a letter or digit and without '..' (for example --flor cnn-demo)"
         )
     return name
-
-
-def _parse_segment(text: str, origin: str) -> tuple[int, int]:
-    m = re.match(r"^(\d+)/(\d+)$", text.strip())
-    if not m:
-        raise ConfigError(
-            f"{origin}: {text!r} is not PID/NGPUS; write two whole numbers like 0/4 "
-            "(0-based PID, 0 <= PID < NGPUS), or leave the value out to replay every epoch"
-        )
-    pid, ngpus = int(m.group(1)), int(m.group(2))
-    if ngpus < 1:
-        raise ConfigError(f"{origin}: NGPUS must be at least 1 in {text!r}; for example 0/1")
-    if pid >= ngpus:
-        raise ConfigError(
-            f"{origin}: PID {pid} is out of range in {text!r}: PIDs are 0-based, so with "
-            f"{ngpus} workers use 0..{ngpus - 1}"
-        )
-    return pid, ngpus
 
 
 def _parse_bool(text: str, origin: str) -> bool:
@@ -242,46 +225,6 @@ def _parse_overhead(text: str, origin: str) -> float:
     return value
 
 
-def _int_env(env: Mapping[str, str], key: str) -> int | None:
-    value = env.get(key)
-    if value is None or value.strip() == "":
-        return None
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise ConfigError(f"{key}={value!r} is not a whole number; unset it or fix it") from exc
-
-
-def _placement(env: Mapping[str, str]) -> tuple[int, int, str]:
-    """Worker place from torchrun or Slurm variables, else a single worker."""
-    candidates = [
-        ("RANK", "WORLD_SIZE", "torchrun", 0),
-        ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "slurm array", _int_env(env, "SLURM_ARRAY_TASK_MIN") or 0),
-        ("SLURM_PROCID", "SLURM_NTASKS", "slurm", 0),
-    ]
-    for pid_key, n_key, origin, offset in candidates:
-        pid, n = _int_env(env, pid_key), _int_env(env, n_key)
-        if pid is None or n is None:
-            continue
-        pid -= offset
-        text = f"{pid}/{n}"
-        return (*_parse_segment(text, f"{pid_key}/{n_key}"), origin)
-    return 0, 1, "default"
-
-
-def _shared_replay_id(env: Mapping[str, str], placed_by: str) -> str | None:
-    """The id that every worker of one Slurm job or torchrun launch derives alike, or None."""
-    if placed_by == "slurm array" and env.get("SLURM_ARRAY_JOB_ID"):
-        raw = f"slurm{env['SLURM_ARRAY_JOB_ID']}"
-    elif placed_by == "slurm" and env.get("SLURM_JOB_ID"):
-        raw = f"slurm{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID') or 0}"
-    elif placed_by == "torchrun" and (env.get("TORCHELASTIC_RUN_ID") or "none") != "none":
-        raw = f"tr-{env['TORCHELASTIC_RUN_ID']}"
-    else:
-        return None
-    return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:64]
-
-
 def _split_flags(argv: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
     """Take flor's flags out of argv; return them and the script's own argv."""
     found: dict[str, str | None] = {}
@@ -371,17 +314,17 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, strict=strict, **spool), rest
 
     if replay_value is not None and replay_value.strip().lower() not in ("", "all"):
-        pid, ngpus = _parse_segment(replay_value, replay_origin)
+        pid, ngpus = parse_segment(replay_value, replay_origin)
         placed_by = replay_origin
     else:
-        pid, ngpus, placed_by = _placement(env)
+        pid, ngpus, placed_by = worker_place(env)
     if run is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", run):
         raise ConfigError(f"invalid run id {run!r}; `flor ls {name}` lists the runs")
     replay_id = env.get("FLOR_REPLAY_ID") or None
     if replay_id is not None and not re.match(r"^[A-Za-z0-9._-]{1,64}$", replay_id):
         raise ConfigError(f"FLOR_REPLAY_ID={replay_id!r} must be letters, digits, '.', '_' or '-'")
     if replay_id is None:
-        replay_id = _shared_replay_id(env, placed_by)
+        replay_id = shared_replay_id(env, placed_by)
     epochs_text = flags.get("--flor_epochs") or env.get("FLOR_EPOCHS") or None
     epoch_range = parse_epoch_range(epochs_text, "--flor_epochs/FLOR_EPOCHS") if epochs_text else None
     threads_text = flags.get("--flor_threads") or env.get("FLOR_THREADS") or None

@@ -15,8 +15,8 @@ from flor import hparams
 from flor.analysis import compare, records
 from flor.analysis.compare import Group, render
 from flor.analysis.metrics import MAX_DEFINITIONS, extract, load_definitions, printed_lines
-from flor.analysis.summary import goal_of, summarize
-from flor.analysis.tensorboard import EventFileWriter, global_step, write_replay_events
+from flor.logs.summary import goal_of, summarize
+from flor.logs.tensorboard import EventFileWriter, global_step, write_replay_events
 from flor.errors import ConfigError
 
 

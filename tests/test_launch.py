@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from conftest import Runner, values
-from flor.estimate import probed_blocks
-from flor.launch import Launch, detect_gpus
+from flor.launch.estimate import probed_blocks
+from flor.launch.launcher import Launch, detect_gpus
 from flor.logs import merge_newest, read_run_logs
 from flor.plan import make_plan
-from flor.report import merged_summary
+from flor.launch.report import merged_summary
 from flor.settings import parse
 from flor.store import ExperimentStore
-from flor.workers import WorkerState
+from flor.launch.workers import WorkerState
 
 EPOCHS = 6
 # a hindsight log in the outer loop; KILL_AT=E makes the worker SIGKILL itself at epoch E (the

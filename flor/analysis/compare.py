@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from ..errors import ConfigError
 from .frame import hyperparameters, open_experiment, records
-from .summary import goal_of, number
+from ..logs.summary import goal_of, number
 
 __all__ = ["Comparison", "Group", "RunResult", "compare", "describe", "render"]
 

@@ -11,7 +11,7 @@ from typing import Any
 from ..logs import merge_newest, read_run_logs
 from ..store.experiment import dir_size, human_size
 from .frame import mark_hindsight, open_experiment, select_runs
-from .summary import summarize
+from ..logs.summary import summarize
 
 __all__ = ["run_report", "render_report"]
 

@@ -15,9 +15,9 @@ from .common import subcommand
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from ..estimate import estimate_replay
-    from ..launch import _script_of, detect_gpus, run_launch
-    from ..report import print_plan, replay_report
+    from ..launch.estimate import estimate_replay
+    from ..launch.launcher import _script_of, detect_gpus, run_launch
+    from ..launch.report import print_plan, replay_report
     from ..plan import select
     from ..settings import parse_epoch_range
 
@@ -60,8 +60,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _replay_threads(args: argparse.Namespace, store: ExperimentStore, run: str, gpus: list[str],
                     epoch_range: tuple[int, int | None] | None, command: list[str]) -> int | None:
     """``--threads``: a number, or ``auto`` (the cores divided among the workers)."""
-    from ..estimate import cores, estimate_replay
-    from ..launch import _script_of
+    from ..launch.estimate import estimate_replay
+    from ..placement import cores
+    from ..launch.launcher import _script_of
     from ..plan import select
 
     if args.threads is None:

@@ -10,16 +10,16 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from .analysis.tensorboard import write_replay_events
-from .errors import CheckpointError, FlorError, ReplayError, StateError
-from .logs import LogWriter, read_run_logs, retire_worker_files
+from ..errors import CheckpointError, FlorError, ReplayError, StateError
+from ..logs import LogWriter, read_run_logs, retire_worker_files
+from ..logs.tensorboard import write_replay_events
 from .ddp import check_replay_world, shared_replay_id
-from .plan import ReplayPlan, block_action, make_plan, select
-from .runinfo import redact_argv
-from .store.experiment import blob_hashes
+from ..plan import ReplayPlan, block_action, make_plan, select
+from ..runinfo import redact_argv
+from ..store.experiment import blob_hashes
 from .session import Session, as_result, pid_alive
-from .settings import Settings
-from .verify import (
+from ..settings import Settings
+from ..verify import (
     CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent, Summary, compare_logs,
     non_logging_changes,
 )
@@ -39,13 +39,13 @@ class ReplaySession(Session):
 
         super().__init__(settings)
         if settings.spool:  # pull the run from the S3 spool when it is not local; blobs come on demand
-            from .store.remote import attach_spool
+            from ..store.remote import attach_spool
 
             attach_spool(self.store, settings.spool, settings.run)
         self.run = self.store.resolve_run(settings.run)
         self.meta = self.store.read_run(self.run)
         if self.store.blobs.remote is None and self.meta.get("spool"):  # evicted blobs come back from it
-            from .store.remote import LazyRemote
+            from ..store.remote import LazyRemote
 
             self.store.blobs.remote = LazyRemote(self.store, self.meta["spool"])
         self.run_dir = self.store.run_path(self.run)
@@ -144,7 +144,7 @@ class ReplaySession(Session):
             self.note(text)
         self.plan = plan
         if self.store.blobs.remote is not None:  # fetch the coming epochs' blobs from S3 ahead of need
-            from .store.remote import prefetch_plan
+            from ..store.remote import prefetch_plan
 
             prefetch_plan(self.store, self.run, self.meta, range(plan.first, plan.stop), self.available)
         self.anchored = plan.first == 0
@@ -225,7 +225,7 @@ class ReplaySession(Session):
         are seeded from the OS when a script does not seed them): the block's own draws then
         match the recording, and its end state can be checked against it.
         """
-        from .state import capture_rng, decode, diff_nodes, restore_rng, snapshot
+        from ..state import capture_rng, decode, diff_nodes, restore_rng, snapshot
 
         if "rng_start" not in manifest:
             return
@@ -265,7 +265,7 @@ class ReplaySession(Session):
         self._prefetched[key] = self._reader.submit(self._load, key)
 
     def _restore(self, manifest: dict, cache: dict, objs: tuple) -> tuple:
-        from .state import restore_all
+        from ..state import restore_all
 
         t0 = time.perf_counter()
         restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__)
@@ -294,7 +294,7 @@ class ReplaySession(Session):
         return as_result(objs)
 
     def _verify(self, manifest: dict, objs: tuple, event: BlockEvent) -> tuple[tuple, BlockEvent]:
-        from .state import capture_rng, diff_nodes, snapshot
+        from ..state import capture_rng, diff_nodes, snapshot
 
         now_objs = snapshot(list(objs), copy=False).materialize()
         now_rng = snapshot(capture_rng(), copy=False).materialize()
@@ -384,7 +384,7 @@ class ReplaySession(Session):
             print(f"flor: could not write {self.summary_path}: {exc}", file=sys.stderr)
         self.untee_output()
         if self.settings.spool and self.store.blobs.remote is not None:  # this worker's logs join the spooled run
-            from .store.spool import spool_files
+            from ..store.spool import spool_files
 
             outputs = [self.logs.path, self.summary_path, self.run_dir / f"replay-{self.replay_id}-{self.pid}.log"]
             keys = [p.relative_to(self.store.root).as_posix() for p in outputs]

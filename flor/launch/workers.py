@@ -12,8 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .plan import ReplayPlan
-from .report import span
+from ..plan import ReplayPlan
+from .._fmt import span
 
 __all__ = ["WorkerState", "failure"]
 

@@ -37,14 +37,16 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from .errors import ConfigError
-from .estimate import ReplayEstimate, cores, estimate_replay
-from .logs import retire_worker_files
-from .plan import select
-from .report import clock, merged_summary, span
+from ..errors import ConfigError
+from ..placement import cores
+from .estimate import ReplayEstimate, estimate_replay
+from ..logs import retire_worker_files
+from ..plan import select
+from .._fmt import clock, span
+from .report import merged_summary
 from .workers import WorkerState, failure
-from .session import pid_alive
-from .store import ExperimentStore
+from ..engine.session import pid_alive
+from ..store import ExperimentStore
 
 __all__ = ["Launch", "detect_gpus", "run_launch"]
 
@@ -382,7 +384,7 @@ def run_launch(store: ExperimentStore, run: str, command: list[str], *, workers:
     launch = Launch(store, run, command, workers=workers, gpus=gpus, epoch_range=epoch_range, strong=strong,
                     threads=threads, fresh=fresh, out=out, err=err)
     if ray is not None:
-        from .rayreplay import run_ray
+        from .ray import run_ray
 
         return run_ray(launch, ray or None, err=err)
     return launch.run_all()

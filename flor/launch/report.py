@@ -9,24 +9,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from .errors import FlorError
-from .estimate import ReplayEstimate, cores
-from .store import ExperimentStore
-from .verify import BlockEvent, Summary
+from ..errors import FlorError
+from .._fmt import clock, span
+from ..placement import cores
+from .estimate import ReplayEstimate
+from ..store import ExperimentStore
+from ..verify import BlockEvent, Summary
 
-__all__ = ["clock", "merged_summary", "print_plan", "replay_report", "span"]
-
-
-def span(r: range | Sequence[int] | None) -> str:
-    if r is None or len(r) == 0:
-        return "none"
-    return f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}"
-
-
-def clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
-        f"{seconds // 60}:{seconds % 60:02d}"
+__all__ = ["merged_summary", "print_plan", "replay_report"]
 
 
 def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,

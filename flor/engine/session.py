@@ -12,60 +12,23 @@ import json
 import os
 import shutil
 import sys
-import threading
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError, FlorError, ReplayError
-from .logs import NOT_SCALAR, to_scalar
-from .settings import SETTINGS, Settings
-from .store import ExperimentStore
+from ..errors import CheckpointError, FlorError, warn
+from ..logs import NOT_SCALAR, to_scalar
+from ..settings import Settings
+from ..store import ExperimentStore
 
-__all__ = ["Session", "current", "new_run_id"]
-
-_SESSION: "Session | None" = None
-_LOCK = threading.Lock()
-
+__all__ = ["Session", "as_result", "copy_source", "marks_path", "new_run_id", "pid_alive"]
 
 def new_run_id() -> str:
     """Sortable by start time, unique across machines: ``20261130T050012.123456-1a2b3c``."""
     now = time.time()
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}"
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
-
-
-def current() -> "Session | None":
-    """The session of this process, started on first use; None when flor is inert."""
-    global _SESSION
-    if _SESSION is not None or SETTINGS.mode == "inert":
-        return _SESSION
-    with _LOCK:
-        if _SESSION is None:
-            _SESSION = start(SETTINGS)
-    return _SESSION
-
-
-def start(settings: Settings) -> "Session":
-    if settings.mode == "record":
-        from .ddp import RankSession, record_rank
-
-        rank, world = record_rank()
-        if rank > 0:  # DDP: rank 0 records the run, the other ranks only their logs (see flor.ddp)
-            return RankSession(settings, rank, world)
-        from .record import RecordSession
-
-        return RecordSession(settings)
-    from .replay import ReplaySession
-
-    return ReplaySession(settings)
-
-
-def warn(message: str) -> None:
-    """A warning that never stops training, printed once per message."""
-    warnings.warn(f"flor: {message}", RuntimeWarning, stacklevel=3)
 
 
 class Tee:
@@ -252,22 +215,3 @@ def pid_alive(pid: int) -> bool:
 
 def as_result(objs: tuple) -> Any:
     return objs[0] if len(objs) == 1 else objs
-
-
-def ensure_replayable(settings: Settings) -> None:
-    """Fail early, at import, when a replay names an experiment with nothing recorded."""
-    if settings.mode != "replay":
-        return
-    store = ExperimentStore(settings.home, settings.name or "")
-    try:
-        try:
-            store.resolve_run(settings.run)
-        except ReplayError:
-            if not settings.spool:
-                raise
-            from .store.remote import find_spooled_run  # not local: is it in the S3 spool?
-
-            find_spooled_run(store, settings.spool, settings.run)
-    except FlorError as exc:
-        print(f"flor: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None

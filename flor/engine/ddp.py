@@ -30,41 +30,19 @@ import uuid
 from datetime import timedelta
 from typing import Any, Iterator, Mapping
 
-from .errors import ReplayError
-from .logs import LogWriter
-from .session import Session, as_result, warn
-from .settings import Settings
+from ..errors import ReplayError, warn
+from ..placement import distributed as _dist
+from ..placement import group_size as _group_size
+from ..placement import record_rank
+from ..logs import LogWriter
+from .session import Session, as_result
+from ..settings import Settings
 
 __all__ = ["RankLink", "RankSession", "check_replay_world", "fingerprint", "record_rank", "shared_replay_id"]
 
 #: how long ranks wait for rank 0 to name the run (rank 0 may still be loading data)
 AGREE_TIMEOUT_S = float(os.environ.get("FLOR_RANK_TIMEOUT", "600"))
 _SAMPLE = 256
-
-
-def _dist() -> Any:
-    import torch.distributed as dist
-
-    return dist if dist.is_available() else None
-
-
-def _group_size() -> tuple[int, int] | None:
-    dist = _dist()
-    if dist is not None and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.get_rank(), dist.get_world_size()
-    return None
-
-
-def record_rank(env: Mapping[str, str] = os.environ) -> tuple[int, int]:
-    """``(rank, world size)`` of this recording process: from torchrun's ``RANK``/``WORLD_SIZE``,
-    else from an initialized process group, else ``(0, 1)``."""
-    try:
-        rank, world = int(env.get("RANK", "")), int(env.get("WORLD_SIZE", ""))
-        if world > 1 and 0 <= rank < world:
-            return rank, world
-    except ValueError:
-        pass
-    return _group_size() or (0, 1)
 
 
 def _agent_store(env: Mapping[str, str] = os.environ) -> Any:

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .plan import BlockCost, EpochCost, estimate, fastest, make_plan, restorable_epochs
-from .runinfo import busy_cores
-from .store import ExperimentStore
+from ..plan import BlockCost, EpochCost, estimate, fastest, make_plan, restorable_epochs
+from ..placement import cores
+from ..runinfo import busy_cores
+from ..store import ExperimentStore
 
 __all__ = ["ReplayEstimate", "cores", "cpu_share", "epoch_costs", "estimate_replay", "load", "probed_blocks", "startup"]
 
@@ -56,14 +57,6 @@ def cpu_share(threads: float, busy: float) -> float:
     """How much slower CPU-bound work runs when ``threads`` threads of ours and a load of
     ``busy`` from other processes share this machine's cores (at least 1)."""
     return max(1.0, (threads + busy) / cores())
-
-
-def cores() -> int:
-    """CPU cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def probed_blocks(script: Path | None) -> set[str] | bool:

@@ -8,17 +8,19 @@ import time
 import traceback
 from typing import Any, Iterator
 
-from . import hparams
-from .analysis.summary import MetricTracker
-from .analysis.tensorboard import RecordEvents
+from .. import hparams
 from .ddp import RankLink
-from .logs import LogWriter
-from .policy import CheckpointPolicy
-from .runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
-from .session import Session, as_result, copy_source, new_run_id, warn
-from .settings import Settings
-from .store import BackgroundWriter
-from .store.experiment import dumps
+from ..errors import warn
+from ..logs import LogWriter
+from ..logs.summary import MetricTracker
+from ..logs.tensorboard import RecordEvents
+from ..placement import cores
+from ..policy import CheckpointPolicy
+from ..runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
+from .session import Session, as_result, copy_source, new_run_id
+from ..settings import Settings
+from ..store import BackgroundWriter
+from ..store.experiment import dumps
 
 __all__ = ["RecordSession"]
 
@@ -52,7 +54,7 @@ class RecordSession(Session):
         self.writer = BackgroundWriter()
         self.spool = None
         if settings.spool:  # uploads run on their own thread: training never waits on the network
-            from .store.spool import BackgroundSpool
+            from ..store.spool import BackgroundSpool
 
             self.meta["spool"] = settings.spool
             self.spool = BackgroundSpool(self.store, self.run, settings.spool, budget=settings.spool_budget)
@@ -125,7 +127,7 @@ class RecordSession(Session):
     # -- blocks ------------------------------------------------------------------------
 
     def step_into(self, name: str, probed: bool) -> bool:
-        from .state import capture_rng
+        from ..state import capture_rng
 
         self.open_block(name)
         # the RNG state the block starts from: a replay that re-executes the block starts it
@@ -149,7 +151,7 @@ class RecordSession(Session):
         return as_result(objs)
 
     def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float) -> None:
-        from .state import BufferPool, capture_rng, snapshot
+        from ..state import BufferPool, capture_rng, snapshot
 
         if self.pool is None:
             self.pool = BufferPool()
@@ -195,7 +197,7 @@ class RecordSession(Session):
             self.background_cpu_s += cpu
             self.bytes_written += written[0]
             if not on_gpu:  # training on the CPU shares the cores with this thread
-                self.policy.observe_background(name, cpu / _cores())
+                self.policy.observe_background(name, cpu / cores())
 
         self.writer.submit(job, nbytes, lambda exc: self._failed(name, epoch, exc))
         stall = time.perf_counter() - t0  # the snapshot, plus any wait for the memory budget
@@ -245,13 +247,6 @@ class RecordSession(Session):
 
 
 def _digest(body: dict) -> str:
-    from .store.hashing import hash_bytes
+    from ..store.hashing import hash_bytes
 
     return hash_bytes(dumps(body))
-
-
-def _cores() -> int:
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1

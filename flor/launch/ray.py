@@ -21,8 +21,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .errors import ConfigError
-from .launch import Launch
+from ..errors import ConfigError
+from .launcher import Launch
 from .workers import WorkerState
 
 __all__ = ["run_ray"]

@@ -1,0 +1,121 @@
+"""The functions a training script calls: ``it``, ``SkipBlock``, ``log``, ``arg``,
+``replaying``/``recording`` and ``dataframe``. Each is a thin call into the process's session
+(``runtime.current()``), and each is inert (passes values through) without ``--flor``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, TypeVar
+
+from . import hparams
+from .engine.session import as_result
+from .runtime import current
+
+__all__ = ["SkipBlock", "arg", "dataframe", "it", "log", "recording", "replaying"]
+
+T = TypeVar("T")
+
+
+def it(iterable: Iterable[T]) -> Iterable[T]:
+    """Wrap the outer (epoch) loop.
+
+    Inert, it returns ``iterable`` itself. Recording, it numbers the epochs. Replaying, it
+    skips to the epochs this worker initializes from and stops after its segment.
+
+    >>> for epoch in it(range(3)):
+    ...     pass
+    >>> epoch
+    2
+    """
+    session = current()
+    if session is None:
+        return iterable
+    return session.iterate(iterable)
+
+
+class SkipBlock:
+    """A block of code whose effects on the objects given to ``end`` are checkpointed.
+
+    >>> x = [0]
+    >>> if SkipBlock.step_into("work"):
+    ...     x[0] += 1
+    >>> SkipBlock.end(x)
+    [1]
+    """
+
+    @staticmethod
+    def step_into(name: str, probed: bool = False) -> bool:
+        """Whether to run the block body: always while recording; on replay only when the
+        block is ``probed`` (logging was added inside it) or has no checkpoint."""
+        session = current()
+        if session is None:
+            return True
+        return session.step_into(name, probed)
+
+    @staticmethod
+    def end(*objs: Any) -> Any:
+        """Capture (record) or restore (replay) the state of ``objs``; return them.
+
+        Returns the single object for one argument, else a tuple in the same order, so
+        immutable values (step counters) can be rebound: ``net, step = SkipBlock.end(net, step)``.
+        """
+        session = current()
+        if session is None:
+            return as_result(objs)
+        return session.end(objs)
+
+
+def log(name: str, value: Any, step: Any = None) -> Any:
+    """Record a scalar under ``name`` for the current epoch (and ``step``); return ``value``.
+
+    >>> log("loss", 0.5)
+    0.5
+    """
+    session = current()
+    if session is not None:
+        session.log(name, value, step)
+    return value
+
+
+def arg(name: str, default: T) -> T:
+    """Declare a hyperparameter: ``--NAME VALUE`` from the command line (typed like
+    ``default``) or ``default``, recorded with the run; a replay gets the recorded value.
+
+    >>> arg("lr", 0.01)
+    0.01
+    """
+    return hparams.arg(name, default, current())
+
+
+def replaying() -> bool:
+    """True in a ``--replay_flor`` run: guard side effects that must not happen twice
+    (``if not flor.replaying(): torch.save(...)``).
+
+    >>> replaying()
+    False
+    """
+    session = current()
+    return session is not None and session.mode == "replay"
+
+
+def recording() -> bool:
+    """True in a ``--flor NAME`` recording (False when inert or replaying).
+
+    >>> recording()
+    False
+    """
+    session = current()
+    return session is not None and session.mode == "record"
+
+
+def dataframe(*names: str, name: str | None = None, run: str | None = "all", hparams: bool = False,
+              definitions: Any = None) -> Any:
+    """The logged values of ``names`` as a pandas DataFrame, one row per run, epoch and step.
+
+    ``hparams=True`` adds a column per hyperparameter; ``definitions`` adds regex metrics
+    from the printed output. Needs pandas (``pip install -e '.[pandas]'``). See
+    ``flor.analysis.dataframe``.
+    """
+    from .analysis import dataframe as _dataframe
+
+    return _dataframe(*names, name=name, run=run, hparams=hparams, definitions=definitions)

@@ -1,0 +1,107 @@
+"""Where this process stands: torchrun, Slurm and DDP environments -> worker index, rank,
+the ids that the workers of one launch share, and the cores it may use.
+
+Pure functions of the environment (torch.distributed is consulted only for an initialized
+process group), so settings and the launcher read placement the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+__all__ = ["cores", "distributed", "group_size", "parse_segment", "record_rank", "shared_replay_id", "worker_place"]
+
+
+def parse_segment(text: str, origin: str) -> tuple[int, int]:
+    m = re.match(r"^(\d+)/(\d+)$", text.strip())
+    if not m:
+        raise ConfigError(
+            f"{origin}: {text!r} is not PID/NGPUS; write two whole numbers like 0/4 "
+            "(0-based PID, 0 <= PID < NGPUS), or leave the value out to replay every epoch"
+        )
+    pid, ngpus = int(m.group(1)), int(m.group(2))
+    if ngpus < 1:
+        raise ConfigError(f"{origin}: NGPUS must be at least 1 in {text!r}; for example 0/1")
+    if pid >= ngpus:
+        raise ConfigError(
+            f"{origin}: PID {pid} is out of range in {text!r}: PIDs are 0-based, so with "
+            f"{ngpus} workers use 0..{ngpus - 1}"
+        )
+    return pid, ngpus
+
+
+def _int_env(env: Mapping[str, str], key: str) -> int | None:
+    value = env.get(key)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ConfigError(f"{key}={value!r} is not a whole number; unset it or fix it") from exc
+
+
+def worker_place(env: Mapping[str, str]) -> tuple[int, int, str]:
+    """Worker place from torchrun or Slurm variables, else a single worker."""
+    candidates = [
+        ("RANK", "WORLD_SIZE", "torchrun", 0),
+        ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "slurm array", _int_env(env, "SLURM_ARRAY_TASK_MIN") or 0),
+        ("SLURM_PROCID", "SLURM_NTASKS", "slurm", 0),
+    ]
+    for pid_key, n_key, origin, offset in candidates:
+        pid, n = _int_env(env, pid_key), _int_env(env, n_key)
+        if pid is None or n is None:
+            continue
+        pid -= offset
+        text = f"{pid}/{n}"
+        return (*parse_segment(text, f"{pid_key}/{n_key}"), origin)
+    return 0, 1, "default"
+
+
+def shared_replay_id(env: Mapping[str, str], placed_by: str) -> str | None:
+    """The id that every worker of one Slurm job or torchrun launch derives alike, or None."""
+    if placed_by == "slurm array" and env.get("SLURM_ARRAY_JOB_ID"):
+        raw = f"slurm{env['SLURM_ARRAY_JOB_ID']}"
+    elif placed_by == "slurm" and env.get("SLURM_JOB_ID"):
+        raw = f"slurm{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID') or 0}"
+    elif placed_by == "torchrun" and (env.get("TORCHELASTIC_RUN_ID") or "none") != "none":
+        raw = f"tr-{env['TORCHELASTIC_RUN_ID']}"
+    else:
+        return None
+    return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:64]
+
+
+def distributed() -> Any:
+    import torch.distributed as dist
+
+    return dist if dist.is_available() else None
+
+
+def group_size() -> tuple[int, int] | None:
+    dist = distributed()
+    if dist is not None and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def record_rank(env: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """``(rank, world size)`` of this recording process: from torchrun's ``RANK``/``WORLD_SIZE``,
+    else from an initialized process group, else ``(0, 1)``."""
+    try:
+        rank, world = int(env.get("RANK", "")), int(env.get("WORLD_SIZE", ""))
+        if world > 1 and 0 <= rank < world:
+            return rank, world
+    except ValueError:
+        pass
+    return group_size() or (0, 1)
+
+
+def cores() -> int:
+    """CPU cores this process may use (its affinity mask where the OS has one)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
