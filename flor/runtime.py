@@ -58,7 +58,7 @@ def ensure_replayable(settings: Settings) -> None:
         except ReplayError:
             if not settings.spool:
                 raise
-            from .store.remote import find_spooled_run  # not local: is it in the S3 spool?
+            from .store.sync import find_spooled_run  # not local: is it in the S3 spool?
 
             find_spooled_run(store, settings.spool, settings.run)
     except FlorError as exc:

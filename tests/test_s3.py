@@ -7,7 +7,6 @@ requests and, where a test asks, drops, throttles or damages some of them.
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
 import random
@@ -89,7 +88,7 @@ def strip(objects: dict[str, bytes], prefix: str) -> dict[str, bytes]:
 
 
 def manifest_hashes(data: bytes) -> set[str]:
-    from flor.store.spool import blob_hashes
+    from flor.store.experiment import blob_hashes
 
     return blob_hashes(json.loads(data))
 
@@ -133,7 +132,7 @@ def test_bad_spool_settings_are_config_errors(env: dict, needle: str) -> None:
 
 
 def test_journal_ignores_a_torn_last_line(tmp_path: Path) -> None:
-    from flor.store.spool import SpoolJournal
+    from flor.store.journal import SpoolJournal
 
     journal = SpoolJournal(tmp_path, "s3://bucket/p")
     journal.add("objects/ab/cd", 10, "abcd")
@@ -144,22 +143,6 @@ def test_journal_ignores_a_torn_last_line(tmp_path: Path) -> None:
     assert again.has("objects/ab/cd") and again.has("objects/ab/cd", 10, "abcd")
     assert not again.has("objects/ab/cd", 11) and not again.has("objects/ef/gh")
     assert SpoolJournal(tmp_path, "s3://bucket/other").path != journal.path  # one journal per target
-
-
-def test_progress_bar_draws_on_a_terminal() -> None:
-    from flor.store.remote import Progress
-
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    out = Terminal()
-    bar = Progress("fetching blobs", 4, stream=out)
-    for _ in range(4):
-        bar.update(1, 250_000)
-    bar.close()
-    assert "\rflor: fetching blobs [########################] 4/4, 1.0 MB" in out.getvalue()
-    assert out.getvalue().endswith("\n")
 
 
 # -- the backend, in process -------------------------------------------------------------
@@ -187,22 +170,23 @@ def test_multipart_upload_and_download_survive_faults(moto: MotoServer, bucket: 
         small = {f"small/{i}": random.Random(i).randbytes(1000 + i) for i in range(12)}
         random.seed(1234)
         script_rng = random.getstate()
-        s3.put("big", big)
+        s3.write("big", big)
         for key, data in small.items():
-            s3.put(key, data)
+            s3.write(key, data)
         # retries and their jitter never draw from the global RNG: it is the training script's
         assert random.getstate() == script_rng
         head = moto.client().head_object(Bucket=bucket, Key="p/big")
         assert head["ETag"].strip('"').endswith("-3") and head["ContentLength"] == len(big)
         stored = moto.objects(bucket, "p/")
         assert stored == {"p/big": big, **{f"p/{k}": v for k, v in small.items()}}  # nothing lost or damaged
-        assert s3.get("big") == big
-        assert all(s3.get(key) == data for key, data in small.items())
-        assert [k for k, _ in s3.list("small/")] == sorted(small)
+        assert s3.read("big") == big
+        assert all(s3.read(key) == data for key, data in small.items())
+        assert s3.list("small/") == sorted(small)
+        assert s3.list_sizes("small/") == sorted((k, len(v)) for k, v in small.items())
         assert s3.list_dirs("") == ["small"]
         assert s3.head("nothing") is None
         with pytest.raises(StorageError, match="missing from the spool"):
-            s3.get("nothing")
+            s3.read("nothing")
         assert proxy.failed > 0 and s3.stats.retries > 0  # faults happened, and were survived
     finally:
         proxy.stop()
@@ -217,10 +201,120 @@ def test_damaged_uploads_never_count_as_uploaded(moto: MotoServer, bucket: str, 
     try:
         s3 = S3Backend(f"s3://{bucket}/p", op_attempts=3, backoff_s=0.01)
         with pytest.raises(StorageError, match="failed verification 3 times: .*damaged on the way"):
-            s3.put("blob", b"precious bytes" * 100)
+            s3.write("blob", b"precious bytes" * 100)
         assert s3.stats.uploaded == 0 and s3.stats.verify_failures == 3
     finally:
         proxy.stop()
+
+
+def test_multipart_uploads_parts_in_parallel_and_verifies(moto: MotoServer, bucket: str, aws_env: None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from flor.store.s3 import S3Backend
+
+    proxy = FaultProxy(moto.port, delay=0.2)  # slow requests: parts sent one at a time would not overlap
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+    try:
+        s3 = S3Backend(f"s3://{bucket}/p", part_size=5 << 20, multipart_threshold=6 << 20)
+        in_flight, most, lock = [0], [0], threading.Lock()
+
+        def started(**_: object) -> None:
+            with lock:
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+
+        def ended(**_: object) -> None:
+            with lock:
+                in_flight[0] -= 1
+
+        s3.client.meta.events.register("before-call.s3.UploadPart", started)
+        s3.client.meta.events.register("after-call.s3.UploadPart", ended)
+        checked = []
+        verify = s3._verify
+        monkeypatch.setattr(s3, "_verify", lambda *a: (checked.append(a[:4]), verify(*a))[1])
+        big = random.Random(1).randbytes(16 << 20)  # above the threshold: four parts of 5, 5, 5, 1 MiB
+        s3.write("big", big)
+        parts = [p for p in proxy.puts if p.endswith("/p/big")]
+        assert len(parts) == 4 and most[0] >= 2  # in parts, several at once
+        head = moto.client().head_object(Bucket=bucket, Key="p/big")
+        assert head["ETag"].strip('"').endswith("-4") and head["ContentLength"] == len(big)
+        assert checked and checked[0][1:3] == (len(big), hash_bytes(big)) and checked[0][3].endswith("-4")
+        assert s3.stats.uploaded == 1 and s3.stats.verify_failures == 0
+        assert moto.objects(bucket, "p/") == {"p/big": big}
+        assert not moto.client().list_multipart_uploads(Bucket=bucket).get("Uploads")  # none left open
+    finally:
+        proxy.stop()
+
+
+def test_both_backends_speak_the_same_verbs(moto: MotoServer, bucket: str, aws_env: None, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from flor.store.backend import Backend, open_backend
+    from flor.store.local import LocalBackend
+    from flor.store.s3 import S3Backend
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto.endpoint)
+    local, s3 = open_backend(tmp_path / "store"), open_backend(f"s3://{bucket}/team")
+    assert type(local) is LocalBackend and type(s3) is S3Backend
+    assert type(open_backend(f"file://{tmp_path}/other")) is LocalBackend
+    with pytest.raises(ConfigError, match="gs"):
+        open_backend("gs://bucket/x")
+    for backend in (local, s3):
+        assert isinstance(backend, Backend)
+        assert not backend.exists("runs/r/a.json") and backend.list("runs/") == []
+        backend.write("runs/r/a.json", b"{}")
+        backend.write("runs/r/logs/b.jsonl", memoryview(b"line\n"))
+        backend.write("objects/ab/cd", b"blob")
+        assert backend.read("runs/r/a.json") == b"{}" and backend.read("runs/r/logs/b.jsonl") == b"line\n"
+        assert backend.exists("objects/ab/cd")
+        assert backend.list("runs/") == ["runs/r/a.json", "runs/r/logs/b.jsonl"]
+        backend.delete("runs/r/a.json")
+        backend.delete("runs/r/a.json")  # gone already: not an error
+        assert not backend.exists("runs/r/a.json") and backend.list("runs/") == ["runs/r/logs/b.jsonl"]
+        with pytest.raises(StorageError, match="missing"):
+            backend.read("runs/r/a.json")
+    assert sorted(moto.objects(bucket, "team/")) == ["team/objects/ab/cd", "team/runs/r/logs/b.jsonl"]
+
+
+def test_pull_reports_through_the_callers_progress_and_prints_nothing(
+        moto: MotoServer, bucket: str, aws_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture) -> None:
+    from flor.store import ExperimentStore
+    from flor.store.sync import RemoteBlobs, Spooler, find_spooled_run, open_spool, pull_run
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto.endpoint)
+    url = f"s3://{bucket}/flor"
+    home = ExperimentStore(tmp_path / "a", "demo")
+    run = "20260101T000000.000001-aaaaaa"
+    digests = [home.blobs.put(bytes([i]) * 100)[0] for i in range(3)]
+    home.write_json(home.manifest_key(run, "train", 0, 0), {"w": [{"h": d} for d in digests]})
+    home.write_json(home.run_key(run, "run.json"), {"status": "finished"})
+    spooler = Spooler(home, url, workers=2)
+    spooler.spool()
+    assert spooler.counts.uploaded == 5 and not spooler.failures
+
+    bars: list[list] = []
+
+    class Bar:
+        def __init__(self, total: int, label: str) -> None:
+            bars.append([label, total, 0, False])
+
+        def update(self, n: int = 1) -> None:
+            bars[-1][2] += n
+
+        def close(self) -> None:
+            bars[-1][3] = True
+
+    fresh = ExperimentStore(tmp_path / "b", "demo")
+    assert find_spooled_run(fresh, url, "2026") == run  # the one run picker, over local and spooled runs
+    remote = open_spool(url)
+    fetcher = RemoteBlobs(fresh, remote, progress=Bar)
+    assert pull_run(fresh, remote, run, fetcher=fetcher, progress=Bar) == 2
+    assert bars == [[f"pulling run {run} metadata", 1, 1, True], [f"fetching 3 blobs of run {run}", 3, 3, True]]
+    assert fresh.resolve_run(None) == run and all(fresh.blobs.get(d) == bytes([i]) * 100 for i, d in enumerate(digests))
+    assert fetcher.summary() is not None and fetcher.summary().startswith("fetched 3 blobs (300 B)")
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # the store never prints: the caller decides what people see
 
 
 # -- record, evict, replay on fresh machines ---------------------------------------------

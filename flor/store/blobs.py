@@ -12,7 +12,7 @@ __all__ = ["BlobStore", "blob_key"]
 
 
 class RemoteFetcher(Protocol):
-    """Makes blobs local on demand (``flor.store.remote.RemoteBlobs`` fetches them from S3)."""
+    """Makes blobs local on demand (``flor.store.sync.RemoteBlobs`` fetches them from S3)."""
 
     def ensure(self, digests: Iterable[str]) -> None: ...
 
@@ -22,12 +22,26 @@ def blob_key(digest: str) -> str:
 
 
 class BlobStore:
-    """Write each distinct byte string once; verify the hash on every read."""
+    """Write each distinct byte string once; verify the hash on every read.
+
+    ``remote``, given at construction and never changed, makes missing (or locally damaged)
+    blobs local again: the S3 spool behind a replay.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> blobs = BlobStore(LocalBackend(Path(tempfile.mkdtemp())))
+    >>> digest, new = blobs.put(b"weights"); blobs.get(digest), new
+    (b'weights', True)
+    """
 
     def __init__(self, backend: LocalBackend, remote: RemoteFetcher | None = None) -> None:
         self.backend = backend
-        #: where blobs missing locally come from (the S3 spool in a replay), or None
-        self.remote = remote
+        self._remote = remote
+
+    @property
+    def remote(self) -> RemoteFetcher | None:
+        """Where blobs missing locally come from (the S3 spool in a replay), or None."""
+        return self._remote
 
     def put(self, data: bytes | memoryview, digest: str | None = None) -> tuple[str, bool]:
         """Store ``data``; return its hash and whether it was new (False: deduplicated)."""
@@ -39,13 +53,13 @@ class BlobStore:
         return digest, True
 
     def get(self, digest: str) -> bytes:
-        if self.remote is not None and not self.backend.exists(blob_key(digest)):
-            self.remote.ensure([digest])
+        if self._remote is not None and not self.backend.exists(blob_key(digest)):
+            self._remote.ensure([digest])
         data = self.backend.read(blob_key(digest))
         actual = hash_bytes(data)
-        if actual != digest and self.remote is not None:  # damaged here: the spool has a good copy
+        if actual != digest and self._remote is not None:  # damaged here: the spool has a good copy
             self.backend.delete(blob_key(digest))
-            self.remote.ensure([digest])
+            self._remote.ensure([digest])
             data = self.backend.read(blob_key(digest))
             actual = hash_bytes(data)
         if actual != digest:
@@ -59,8 +73,8 @@ class BlobStore:
     def get_many(self, digests: Iterable[str]) -> dict[str, bytes]:
         """``{digest: bytes}``; with a remote, the missing ones are fetched first, in parallel."""
         digests = list(digests)
-        if self.remote is not None:
-            self.remote.ensure([d for d in digests if not self.exists(d)])
+        if self._remote is not None:
+            self._remote.ensure([d for d in digests if not self.exists(d)])
         return {d: self.get(d) for d in digests}
 
     def exists(self, digest: str) -> bool:

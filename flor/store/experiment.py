@@ -10,13 +10,18 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
-from ..errors import CheckpointError, ReplayError, StorageError
-from .blobs import BlobStore
+from ..errors import CheckpointError, ConfigError, ReplayError, StorageError
+from ..settings import SETTINGS, validate_name
+from .blobs import BlobStore, RemoteFetcher
+from .layout import RunLayout
 from .local import LocalBackend
+from .runmeta import RunMeta
 
-__all__ = ["ExperimentStore", "blob_hashes", "checkpoint_key", "dir_size", "human_size", "parse_checkpoint_key"]
+__all__ = [
+    "ExperimentStore", "blob_hashes", "checkpoint_key", "dir_size", "open_experiment", "parse_checkpoint_key", "pick_run",
+]
 
 _BLOCK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
@@ -59,13 +64,24 @@ def dir_size(path: Path) -> int:
     return total
 
 
-def human_size(n: float, *, base: int = 1024) -> str:
-    """``512 B``, ``12.3 KB``, ``4.0 MB``: one decimal, units of ``base`` (1024 or 1000)."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < base or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= base
-    return f"{n:.1f} GB"  # pragma: no cover
+def pick_run(run: str | None, runs: list[str], name: str, where: str) -> str:
+    """The run ``run`` names among ``runs`` (exactly or by unique prefix), or the latest.
+
+    The one rule for choosing a run, local (``ExperimentStore.resolve_run``) or spooled.
+
+    >>> pick_run("2026", ["20250101T0-a", "20260101T0-b"], "demo", "here")
+    '20260101T0-b'
+    """
+    if not runs:
+        raise ReplayError(f"nothing recorded for {name!r} {where}: record first with "
+                          f"`python SCRIPT.py --flor {name}`, or check FLOR_HOME (and FLOR_SPOOL)")
+    if run is None or run == "latest":
+        return runs[-1]
+    matches = [r for r in runs if r == run or r.startswith(run)]
+    if len(matches) != 1:
+        raise ReplayError(f"run {run!r} of {name} is {'ambiguous' if matches else 'unknown'} {where}; "
+                          f"the runs are: {', '.join(runs[-10:])}")
+    return matches[0]
 
 
 def dumps(obj: Any) -> bytes:
@@ -75,11 +91,12 @@ def dumps(obj: Any) -> bytes:
 class ExperimentStore:
     """One experiment: ``objects/`` shared by its ``runs/<run-id>/``."""
 
-    def __init__(self, home: Path, name: str) -> None:
+    def __init__(self, home: Path, name: str, *, remote: RemoteFetcher | None = None) -> None:
         self.name = name
         self.root = Path(home) / name
         self.backend = LocalBackend(self.root)
-        self.blobs = BlobStore(self.backend)
+        #: ``remote``: where blobs missing here come from (``flor.store.sync.RemoteBlobs`` in a replay)
+        self.blobs = BlobStore(self.backend, remote=remote)
 
     # -- runs --------------------------------------------------------------------------
 
@@ -95,21 +112,7 @@ class ExperimentStore:
 
     def resolve_run(self, run: str | None) -> str:
         """The run ``run`` names, or the latest; a clear error when there is none."""
-        runs = self.runs()
-        if not runs:
-            raise ReplayError(
-                f"nothing recorded under {self.root}: record first with "
-                f"`python SCRIPT.py --flor {self.name}` (FLOR_HOME={self.root.parent})"
-            )
-        if run is None or run == "latest":
-            return runs[-1]
-        matches = [r for r in runs if r == run or r.startswith(run)]
-        if len(matches) != 1:
-            raise ReplayError(
-                f"run {run!r} of {self.name} is {'ambiguous' if matches else 'unknown'}; "
-                f"the runs are: {', '.join(runs[-10:])}"
-            )
-        return matches[0]
+        return pick_run(run, self.runs(), self.name, f"under {self.root} (FLOR_HOME={self.root.parent})")
 
     def run_key(self, run: str, *parts: str) -> str:
         return "/".join(("runs", run, *parts))
@@ -126,8 +129,22 @@ class ExperimentStore:
     def write_json(self, key: str, obj: Any, *, durable: bool = True) -> None:
         self.backend.write(key, dumps(obj), durable=durable)
 
-    def read_run(self, run: str) -> dict:
-        return self.read_json(self.run_key(run, "run.json"))
+    def read_run(self, run: str) -> RunMeta:
+        """The run's ``run.json``, checked and typed (a damaged one is a StorageError naming it)."""
+        key = self.run_key(run, "run.json")
+        return RunMeta.from_json(self.read_json(key), str(self.backend.path(key)), name=self.name, run=run)
+
+    def layout(self, run: str) -> RunLayout:
+        """The file names of ``run``'s directory."""
+        return RunLayout(self.run_path(run))
+
+    def select_runs(self, run: str | Sequence[str] | None) -> list[str]:
+        """Run ids: the latest for None, every run for ``"all"``, else each id or unique prefix given."""
+        if run == "all" or (run is not None and not isinstance(run, str) and "all" in run):
+            return self.runs()
+        if run is None or isinstance(run, str):
+            return [self.resolve_run(run)]
+        return list(dict.fromkeys(self.resolve_run(r) for r in run))
 
     # -- checkpoints -------------------------------------------------------------------
 
@@ -163,3 +180,15 @@ class ExperimentStore:
 
     def disk_usage(self) -> int:
         return dir_size(self.root)
+
+
+def open_experiment(name: str | None, home: Path | None = None) -> ExperimentStore:
+    """The recorded experiment ``name`` under ``home`` (default: this process's ``--flor`` name
+    and ``FLOR_HOME``); a clear error when nothing is recorded there."""
+    name = name or SETTINGS.name
+    if name is None:
+        raise ConfigError("no experiment named: pass name=NAME (the NAME given to --flor)")
+    store = ExperimentStore(home or SETTINGS.home, validate_name(name))
+    if not store.runs():
+        raise ReplayError(f"no experiment {name!r} under {store.root.parent}; `flor ls` lists them")
+    return store

@@ -12,7 +12,8 @@ __all__ = ["LocalBackend"]
 
 
 class LocalBackend:
-    """Atomic reads and writes of byte strings under ``root``.
+    """Atomic reads and writes of byte strings under ``root``: a ``flor.store.backend.Backend``,
+    plus the extras ``path`` and ``sync_dir``.
 
     Every write goes to a temporary file in the destination folder, is fsynced and then
     renamed over the destination, so a reader sees the old bytes or the new ones, never

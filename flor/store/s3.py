@@ -39,6 +39,7 @@ from typing import Any, Callable, TypeVar
 from ..errors import ConfigError, StorageError
 from ..settings import parse_s3_url
 from .hashing import hash_bytes
+from .s3parts import multipart_etag, part_md5
 
 __all__ = ["S3Backend", "TransferStats", "parse_s3_url"]
 
@@ -55,7 +56,8 @@ def _import_boto3() -> Any:
         import boto3
     except ImportError as exc:
         raise ConfigError(
-            "spooling to S3 needs boto3, which is not installed: pip install 'flor[s3]'"
+            "spooling to S3 needs boto3, which is not installed: pip install boto3"
+                " (or pip install -e '.[s3]' in flor's checkout)"
         ) from exc
     return boto3
 
@@ -107,8 +109,17 @@ def _md5(data: bytes | memoryview) -> bytes:
 class S3Backend:
     """Objects under ``s3://bucket/prefix``; keys are relative POSIX paths below the prefix.
 
+    (needs a bucket and credentials, so the example is not run as a doctest)
+
+    Implements ``flor.store.backend.Backend`` (read, write, exists, list, delete); ``head``,
+    ``check``, ``list_sizes`` and ``list_dirs`` are extras the spool uses.
+
+    (needs an S3 bucket, so the example is not run as a doctest)
+
     >>> s3 = S3Backend("s3://my-bucket/flor")          # doctest: +SKIP
-    >>> s3.put("demo/objects/ab/cdef", b"...")          # doctest: +SKIP
+    >>> s3.write("demo/objects/ab/cdef", b"...")        # doctest: +SKIP
+    >>> s3.read("demo/objects/ab/cdef")                 # doctest: +SKIP
+    b'...'
     """
 
     def __init__(
@@ -124,6 +135,7 @@ class S3Backend:
         self.part_size = max(5 * _MiB, part_size)  # S3's minimum part size, except the last
         self.multipart_threshold = max(multipart_threshold, self.part_size)
         self.op_attempts = op_attempts
+        self.max_pool = max_pool
         self.backoff_s = backoff_s
         self.stats = TransferStats()
         common = dict(
@@ -139,9 +151,12 @@ class S3Backend:
         self.client = session.client("s3", config=Config(retries=no_retries, max_pool_connections=max_pool, **common))
         # the reachability probe gives up fast: a wrong endpoint should fail in seconds, not minutes
         self._probe = session.client("s3", config=Config(retries=no_retries, **common))
+        # s3transfer (multipart uploads) sends its requests through self.client, so this hook,
+        # and with it the private RNG, covers the parts it uploads in parallel too
         for client, attempts in ((self.client, max_attempts), (self._probe, 2)):
             client.meta.events.register("needs-retry.s3", self._retry_hook(attempts))
         events = self.client.meta.events
+        events.register("before-parameter-build.s3.UploadPart", part_md5)  # S3 rejects a damaged part
         events.register("before-call.s3", lambda **_: self.stats.add(calls=1))
         events.register("request-created.s3", lambda **_: self.stats.add(attempts=1))
 
@@ -155,7 +170,7 @@ class S3Backend:
     def where(self, rel: str = "") -> str:
         return f"s3://{self.bucket}/{self.key(rel)}" if rel else f"s3://{self.bucket}/{self.prefix}".rstrip("/")
 
-    # -- the five operations -----------------------------------------------------------
+    # -- the Backend verbs, and extras -------------------------------------------------
 
     def check(self) -> None:
         """Fail with one clear StorageError when the endpoint, bucket or credentials are wrong."""
@@ -172,7 +187,7 @@ class S3Backend:
                     raise self._translate(exc, "check", "") from exc
                 time.sleep(self.backoff_s * (2 ** attempt) * (0.5 + self._rng.random()))
 
-    def put(self, rel: str, data: bytes | memoryview, *, digest: str | None = None) -> None:
+    def write(self, rel: str, data: bytes | memoryview, *, digest: str | None = None) -> None:
         """Upload ``data`` to ``rel`` and return once S3 shows exactly those bytes there."""
         digest = digest or hash_bytes(data)
         view = memoryview(data).cast("B")
@@ -209,7 +224,10 @@ class S3Backend:
 
         return self._retry(attempt, "look-up", rel)
 
-    def get(self, rel: str, *, digest: str | None = None) -> bytes:
+    def exists(self, rel: str) -> bool:
+        return self.head(rel) is not None
+
+    def read(self, rel: str, *, digest: str | None = None) -> bytes:
         """The bytes of ``rel``, checked against ``digest`` (or the hash in its metadata)."""
 
         def attempt() -> bytes:
@@ -229,7 +247,11 @@ class S3Backend:
         self.stats.add(downloaded=1, downloaded_bytes=len(data))
         return data
 
-    def list(self, rel_prefix: str) -> list[tuple[str, int]]:
+    def list(self, rel_prefix: str) -> list[str]:
+        """Every key that starts with ``rel_prefix``, sorted."""
+        return [key for key, _ in self.list_sizes(rel_prefix)]
+
+    def list_sizes(self, rel_prefix: str) -> list[tuple[str, int]]:
         """``(key, size)`` of every object whose key starts with ``rel_prefix``, sorted."""
 
         def attempt() -> list[tuple[str, int]]:
@@ -261,39 +283,18 @@ class S3Backend:
     # -- internals ---------------------------------------------------------------------
 
     def _put_multipart(self, rel: str, view: memoryview, digest: str) -> str:
-        """Upload in parts of ``part_size``; return the multipart ETag S3 should report."""
-        from botocore.exceptions import ClientError
+        """Upload in parts, several at once (``flor.store.s3parts``); return the expected ETag."""
+        from .s3parts import upload_multipart
 
-        key = self.key(rel)
-        upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata={META_HASH: digest})
-        upload_id = upload["UploadId"]
         try:
-            parts, md5s = [], []
-            for number, start in enumerate(range(0, len(view), self.part_size), 1):
-                chunk = view[start:start + self.part_size]
-                md5 = _md5(chunk)
-                md5s.append(md5)
-                r = self.client.upload_part(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=bytes(chunk),
-                    ContentLength=len(chunk), ContentMD5=base64.b64encode(md5).decode(),
-                )
-                if r.get("ETag", "").strip('"') not in ("", md5.hex()) and _MD5_ETAG_RE.match(r["ETag"].strip('"')):
-                    raise _Mismatch(f"part {number} arrived damaged (ETag {r['ETag']}, expected {md5.hex()})")
-                parts.append({"PartNumber": number, "ETag": r["ETag"]})
-            try:
-                self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
-            except ClientError as exc:
-                if _code(exc) != "NoSuchUpload":
-                    raise
-                # a resent completion whose first answer was lost: it is complete, _verify checks
-        except BaseException:
-            try:  # leave no half upload behind (a bucket lifecycle rule catches what a crash leaves)
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-            except Exception:  # noqa: BLE001 - the original error matters, not this one
-                pass
-            raise
-        return f"{hashlib.md5(b''.join(md5s), usedforsecurity=False).hexdigest()}-{len(md5s)}"
+            return upload_multipart(self.client, self.bucket, self.key(rel), view, metadata={META_HASH: digest},
+                                    part_size=self.part_size, threshold=self.multipart_threshold,
+                                    concurrency=max(1, self.max_pool - 2))
+        except Exception as exc:
+            if _code(exc) != "NoSuchUpload":
+                raise
+            # a resent completion whose first answer was lost: it is complete, _verify checks
+            return multipart_etag(view, self.part_size)
 
     def _verify(self, rel: str, size: int, digest: str, etag: str, data: memoryview) -> None:
         """Raise ``_Mismatch`` unless S3 holds ``size`` bytes under ``rel`` with flor's hash and

@@ -1,45 +1,37 @@
-"""Spooling an experiment to ``s3://bucket/prefix``: upload, verify, journal, evict.
+"""Push: upload an experiment to its spool, verified, resumable, in the safe order.
 
-The remote layout mirrors ``FLOR_HOME``: ``s3://bucket/prefix/NAME/objects/...`` and
-``.../NAME/runs/<run>/...``, so one prefix holds many experiments and a spooled run replays
-on any machine. Order is what makes a partial spool safe to read:
-
-1. the blobs a manifest names, each verified in S3 (size, xxh3 metadata, MD5 ETag);
-2. the manifest, only once all its blobs are verified;
-3. the rest of the run folder (source, logs, stdout, plots, TensorBoard events);
-4. ``run.json`` last.
-
-Every verified upload is appended to a journal, ``NAME/spool/<bucket>-<id>.jsonl`` (one per
-spool URL), so a spool that was killed or interrupted resumes where it stopped: ``flor spool
-NAME`` skips what the journal holds. Blobs are named by their hash, so a blob is uploaded
-once per spool URL whatever the number of epochs or runs that share it; before uploading a
-blob the journal does not know, a HEAD asks whether S3 already holds it (another machine's
-upload, or a crash between upload and journal). Local blobs are deleted (evicted) only when
-the journal holds them and, for an explicit eviction, a fresh HEAD confirms them.
+Order is what makes a partial spool safe to read: the blobs a manifest names, each verified
+in S3 (size, xxh3 metadata, MD5 ETag); the manifest, once all its blobs are verified; the rest
+of the run folder; ``run.json`` last. Every verified upload is appended to the journal
+(``flor.store.journal``), so an interrupted spool resumes where it stopped and a blob goes up
+once per spool URL. Local blobs are evicted only when the journal holds them and, for an
+explicit eviction, a fresh HEAD confirms them.
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ..errors import CorruptBlobError, FlorError, StorageError
-from .experiment import blob_hashes, human_size
-from .blobs import blob_key
-from .hashing import hash_bytes
-from .journal import SpoolJournal
+from ..._fmt import human_size
+from ...errors import CorruptBlobError, FlorError, StorageError, warn
+from ..blobs import blob_key
+from ..experiment import blob_hashes
+from ..hashing import hash_bytes
+from ..journal import SpoolJournal
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentStore
-    from .s3 import S3Backend
+    from ..experiment import ExperimentStore
+    from ..s3 import S3Backend
 
-__all__ = ["BackgroundSpool", "SpoolJournal", "Spooler", "blob_hashes", "format_size", "parallel", "spool_files"]
+__all__ = ["BackgroundSpool", "Spooler", "parallel", "spool_files"]
+
+#: where a one-line message for people goes (the caller prints it)
+Say = Callable[[str], None]
 
 
 def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> list:
@@ -47,6 +39,9 @@ def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> li
 
     Not concurrent.futures: a recording's last uploads run in an atexit handler, where its
     executors refuse new work. ``fn`` must not raise.
+
+    >>> parallel(lambda x: x * 2, [1, 2, 3], workers=2)
+    [2, 4, 6]
     """
     items = list(items)
     if workers <= 1 or len(items) <= 1:
@@ -70,10 +65,6 @@ def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> li
         t.join()
     return results
 
-
-def format_size(n: float) -> str:
-    """``512 B``, ``12.3 KB``, ``4.0 MB``, ``1.2 GB``: decimal units, as S3 consoles show them."""
-    return human_size(n, base=1000)
 
 
 @dataclass
@@ -100,12 +91,14 @@ class SpoolCounts:
 class Spooler:
     """Upload the runs of one experiment to ``url``, verified, resumable and incremental.
 
+    (needs an S3 bucket, so the example is not run as a doctest)
+
     >>> Spooler(ExperimentStore(home, "demo"), "s3://bucket/flor").spool()   # doctest: +SKIP
     """
 
     def __init__(self, store: ExperimentStore, url: str, *, workers: int = 8,
                  remote: S3Backend | None = None) -> None:
-        from .s3 import S3Backend
+        from ..s3 import S3Backend
 
         self.store = store
         self.url = url
@@ -122,8 +115,6 @@ class Spooler:
     def close(self) -> None:
         self.journal.close()
 
-    # -- single objects ----------------------------------------------------------------
-
     def upload_blob(self, digest: str) -> None:
         key = blob_key(digest)
         if self.journal.has(key):
@@ -136,7 +127,7 @@ class Spooler:
         if found is not None and found.size == len(data) and found.digest == digest:
             self.counts.add(present=1)
         else:
-            self.remote.put(self.rkey(key), data, digest=digest)
+            self.remote.write(self.rkey(key), data, digest=digest)
             self.counts.add(uploaded=1, uploaded_bytes=len(data))
         self.journal.add(key, len(data), digest)
 
@@ -147,7 +138,7 @@ class Spooler:
         if self.journal.has(key, len(data), digest):
             self.counts.add(journaled=1)
             return
-        self.remote.put(self.rkey(key), data, digest=digest)
+        self.remote.write(self.rkey(key), data, digest=digest)
         self.counts.add(uploaded=1, uploaded_bytes=len(data))
         self.journal.add(key, len(data), digest)
 
@@ -164,8 +155,6 @@ class Spooler:
                 return item
 
         return {item for item in parallel(one, items, self.workers) if item is not None}
-
-    # -- runs --------------------------------------------------------------------------
 
     def _manifests(self, run: str) -> dict[str, set[str]]:
         """Manifest key -> the blob hashes it names, for every committed checkpoint of ``run``."""
@@ -190,11 +179,9 @@ class Spooler:
         before = len(self.failures)
         manifests = self._manifests(run)
         failed_blobs = self._each(self.upload_blob, sorted(set().union(*manifests.values())))
-        ready = [k for k, hashes in sorted(manifests.items()) if not hashes & failed_blobs]
-        self._each(self.upload_file, ready)
+        self._each(self.upload_file, [k for k, hashes in sorted(manifests.items()) if not hashes & failed_blobs])
         run_json = self.store.run_key(run, "run.json")
-        others = [k for k in self.store.backend.list(self.store.run_key(run))
-                  if k != run_json and k not in manifests]
+        others = [k for k in self.store.backend.list(self.store.run_key(run)) if k != run_json and k not in manifests]
         self._each(self.upload_file, others)
         if len(self.failures) == before:
             self._each(self.upload_file, [run_json])
@@ -216,8 +203,6 @@ class Spooler:
         self.journal.close()
         if errors:
             raise StorageError(errors[0] if len(errors) == 1 else f"{len(errors)} runs are incomplete; {errors[0]}")
-
-    # -- eviction ----------------------------------------------------------------------
 
     def _local_blobs(self) -> list[tuple[str, int, float]]:
         """``(digest, size, mtime)`` of every local blob."""
@@ -262,8 +247,7 @@ class Spooler:
             self.counts.add(evicted=1, evicted_bytes=size)
             return True
 
-        results = parallel(evict_one, candidates, self.workers)
-        return len(kept) + results.count(False)
+        return len(kept) + parallel(evict_one, candidates, self.workers).count(False)
 
     def enforce_budget(self, budget: int) -> None:
         """Evict the oldest verified blobs until local blobs take at most ``budget`` bytes."""
@@ -277,21 +261,15 @@ class Spooler:
                 self.counts.add(evicted=1, evicted_bytes=size)
                 total -= size
 
-    # -- reporting ---------------------------------------------------------------------
-
     def summary(self) -> str:
         c, s = self.counts, self.remote.stats
-        text = (f"{c.verified} objects verified in {self.url} ({c.uploaded} uploaded, {format_size(c.uploaded_bytes)}; "
-                f"{c.present} found there already), {c.journaled} skipped as verified before; "
-                f"{s.retries} retries ({s.request_retries} requests resent, {s.op_retries} operations repeated, "
-                f"{s.verify_failures} failed verification)")
+        text = (f"{c.verified} objects verified in {self.url} ({c.uploaded} uploaded, "
+                f"{human_size(c.uploaded_bytes, base=1000)}; {c.present} found there already), {c.journaled} "
+                f"skipped as verified before; {s.retries} retries ({s.request_retries} requests resent, "
+                f"{s.op_retries} operations repeated, {s.verify_failures} failed verification)")
         if c.evicted:
-            text += f"; evicted {c.evicted} local blobs ({format_size(c.evicted_bytes)})"
+            text += f"; evicted {c.evicted} local blobs ({human_size(c.evicted_bytes, base=1000)})"
         return text
-
-
-def _warn(message: str) -> None:
-    warnings.warn(f"flor: {message}", RuntimeWarning, stacklevel=2)
 
 
 class BackgroundSpool:
@@ -300,14 +278,15 @@ class BackgroundSpool:
 
     Checkpoints are queued by the writer as their manifests commit; logs and ``run.json`` at
     most every ``interval`` seconds; ``finish`` queues the whole run folder and waits for it,
-    at most ``wait`` seconds.
+    at most ``wait`` seconds, then hands the summary line to ``say``.
     """
 
     def __init__(self, store: ExperimentStore, run: str, url: str, *, budget: int | None = None,
-                 interval: float = 15.0) -> None:
+                 interval: float = 15.0, say: Say | None = None) -> None:
         self.store, self.run, self.url = store, run, url
         self.budget = budget
         self.interval = interval
+        self.say = say or (lambda text: None)
         self.spooler: Spooler | None = None
         self.error: str | None = None  # why spooling stopped for this process
         self._queue: queue.Queue = queue.Queue()
@@ -334,8 +313,8 @@ class BackgroundSpool:
                 self.spooler = spooler
             except FlorError as exc:
                 self.error = str(exc)
-                _warn(f"spooling to {self.url} is off for this run: {exc}; training goes on, and "
-                      f"`flor spool {self.store.name}` uploads the run once that is fixed")
+                warn(f"spooling to {self.url} is off for this run: {exc}; training goes on, and "
+                     f"`flor spool {self.store.name}` uploads the run once that is fixed")
         return self.spooler
 
     def _work(self) -> None:
@@ -360,7 +339,7 @@ class BackgroundSpool:
                 if self.budget is not None and kind != "sync":
                     spooler.enforce_budget(self.budget)
             except Exception as exc:  # noqa: BLE001 - an upload must never reach training
-                _warn(f"spooling to {self.url}: {exc}")
+                warn(f"spooling to {self.url}: {exc}")
             finally:
                 if kind == "final":
                     self._done.set()
@@ -375,23 +354,20 @@ class BackgroundSpool:
             finished = False
         name = self.store.name
         if self.error is not None:
-            print(f"flor: the run was not spooled ({self.error}); after fixing that, run "
-                  f"`flor spool {name} {self.url}`", file=sys.stderr)
+            warn(f"the run was not spooled ({self.error}); after fixing that, run `flor spool {name} {self.url}`")
             return False
         spooler = self.spooler
         if not finished or spooler is None:
-            print(f"flor: spooling run {self.run} to {self.url} did not finish within {wait:.0f} s "
-                  f"(FLOR_SPOOL_WAIT); what is verified is kept: run `flor spool {name}` to upload the rest",
-                  file=sys.stderr)
+            warn(f"spooling run {self.run} to {self.url} did not finish within {wait:.0f} s (FLOR_SPOOL_WAIT); "
+                 f"what is verified is kept: run `flor spool {name}` to upload the rest")
             return False
         spooler.journal.close()
-        ok = not spooler.failures
-        state = "spooled" if ok else "partly spooled"
-        print(f"flor: {state} run {self.run}: {spooler.summary()}", file=sys.stderr)
-        if not ok:
-            print(f"flor: {len(spooler.failures)} uploads failed (first: {spooler.failures[0]}); "
-                  f"run `flor spool {name}` to finish", file=sys.stderr)
-        return ok
+        if spooler.failures:
+            warn(f"partly spooled run {self.run}: {spooler.summary()}; {len(spooler.failures)} uploads failed "
+                 f"(first: {spooler.failures[0]}); run `flor spool {name}` to finish")
+            return False
+        self.say(f"spooled run {self.run}: {spooler.summary()}")
+        return True
 
 
 def spool_files(store: ExperimentStore, url: str, keys: list[str]) -> None:
@@ -405,4 +381,6 @@ def spool_files(store: ExperimentStore, url: str, keys: list[str]) -> None:
         finally:
             spooler.close()
     except FlorError as exc:
-        print(f"flor: could not spool the replay logs to {url}: {exc}", file=sys.stderr)
+        warn(f"could not spool {', '.join(keys)} to {url}: {exc}")
+
+

@@ -1,0 +1,139 @@
+"""``run.json``, typed: what a recording says about itself (DESIGN.md §3).
+
+The recording writes it at the start, after every epoch and at exit; everything else reads
+it through ``RunMeta.from_json``, which checks every field it knows (a store may be shared,
+so run.json is untrusted input: a damaged one is a ``StorageError`` naming the file and the
+field, never an AttributeError later). Fields this version does not know are kept as they
+are in ``extra`` and written back unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import StorageError
+
+__all__ = ["RunMeta", "STATUSES"]
+
+STATUSES = ("running", "finished", "crashed", "interrupted", "terminated")
+
+#: the most torch threads a recording may ask a replay for (a damaged value must not reach torch)
+MAX_THREADS = 4096
+_NUM = (int, float)
+
+
+def _check(value: Any, kinds: tuple[type, ...] | type, name: str, where: str, *, optional: bool = True) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise StorageError(f"{where}: {name} is {value!r}, expected {_kind_name(kinds)}; the file is damaged "
+                           "(`flor verify NAME` lists every problem)")
+    if not isinstance(value, kinds):
+        raise StorageError(f"{where}: {name} is {type(value).__name__} {value!r:.60}, expected {_kind_name(kinds)}; "
+                           "the file is damaged (`flor verify NAME` lists every problem)")
+    return value
+
+
+def _kind_name(kinds: tuple[type, ...] | type) -> str:
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+@dataclass
+class RunMeta:
+    """One recording's metadata. Times are Unix seconds; epochs count from 0."""
+
+    name: str
+    run: str
+    status: str = "running"
+    format: int = 1
+    pid: int | None = None
+    argv: list[str] = field(default_factory=list)
+    cwd: str | None = None
+    script: str | None = None
+    script_sha256: str | None = None
+    git: dict[str, Any] | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    torch_threads: int | None = None
+    started: float | None = None
+    ended: float | None = None
+    process_started: float | None = None
+    busy_cores: float | None = None
+    epochs_planned: int | None = None  # len() of the loop, when it has one
+    epochs_done: int = 0
+    epoch_blocks: dict[str, list] = field(default_factory=dict)  # epoch -> [[block, occurrence, checkpointed]]
+    outside_blocks: list[list] = field(default_factory=list)
+    checkpoint_failures: list[dict] = field(default_factory=list)
+    checkpoint_policy: dict[str, Any] | None = None
+    checkpoint_every: int | None = None
+    timings: dict[str, Any] = field(default_factory=lambda: {"epoch_s": [], "blocks": {}})
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    spool: str | None = None
+    world_size: int = 1
+    rank_mismatches: list = field(default_factory=list)
+    background: dict[str, Any] | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def epochs(self) -> int:
+        """How many epochs a replay of this run covers."""
+        return int(self.epochs_planned or self.epochs_done or 0)
+
+    @property
+    def threads(self) -> int | None:
+        """The recording's torch thread count, when it is one a replay may apply."""
+        t = self.torch_threads
+        return t if t is not None and 1 <= t <= MAX_THREADS else None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**self.extra, **out}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "run.json", *, name: str = "", run: str = "") -> "RunMeta":
+        """Check and type a parsed run.json; ``where`` names it in errors; ``name`` and ``run``
+        (the experiment and run its path says) fill in for fields an older file lacks."""
+        if not isinstance(obj, dict):
+            raise StorageError(f"{where}: expected a JSON object, found {type(obj).__name__}; the file is "
+                               "damaged (`flor verify NAME` lists every problem)")
+        known = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
+        kw: dict[str, Any] = {"extra": {k: v for k, v in obj.items() if k not in known}}
+        kw["name"] = _check(obj.get("name", name), str, "name", where, optional=False)
+        kw["run"] = _check(obj.get("run", run), str, "run", where, optional=False)
+        kw["status"] = _check(obj.get("status", "running"), str, "status", where, optional=False)
+        if kw["status"] not in STATUSES:
+            raise StorageError(f"{where}: status {kw['status']!r} is not one of {', '.join(STATUSES)}")
+        ints = ("format", "pid", "torch_threads", "epochs_planned", "checkpoint_every")
+        for name in ints:
+            if name in obj:
+                kw[name] = _check(obj[name], int, name, where)
+        kw["epochs_done"] = _check(obj.get("epochs_done", 0), int, "epochs_done", where, optional=False)
+        kw["world_size"] = _check(obj.get("world_size", 1) or 1, int, "world_size", where, optional=False)
+        for name in ("epochs_planned", "epochs_done", "world_size"):
+            if kw.get(name) is not None and kw[name] < 0:
+                raise StorageError(f"{where}: {name} is negative ({kw[name]})")
+        for name in ("started", "ended", "process_started", "busy_cores"):
+            if name in obj:
+                kw[name] = _check(obj[name], _NUM, name, where)
+        for name in ("cwd", "script", "script_sha256", "spool", "error"):
+            if name in obj:
+                kw[name] = _check(obj[name], str, name, where)
+        for name in ("git", "checkpoint_policy", "background"):
+            if name in obj:
+                kw[name] = _check(obj[name], dict, name, where)
+        for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics"):
+            if name in obj:
+                kw[name] = _check(obj[name], dict, name, where, optional=False)
+        for name in ("argv", "outside_blocks", "checkpoint_failures", "rank_mismatches"):
+            if name in obj:
+                kw[name] = _check(obj[name], list, name, where, optional=False)
+        if not all(isinstance(a, str) for a in kw.get("argv", [])):
+            raise StorageError(f"{where}: argv holds a value that is not a string")
+        for epoch, blocks in kw.get("epoch_blocks", {}).items():
+            if not epoch.isdigit() or not isinstance(blocks, list):
+                raise StorageError(f"{where}: epoch_blocks[{epoch!r}] is not a list of blocks of an epoch")
+        return cls(**kw)
