@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from .errors import StateError
+from .logs import same_value
 from .store.hashing import hash_bytes
 
 __all__ = [
@@ -494,6 +495,4 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
                 out += diff_nodes(va, vb, f"{path}[{i}]")
             return out
         return out + diff_nodes(a.get("v"), b.get("v"), path)
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
-        return []  # both NaN
-    return [] if (type(a) is type(b) and a == b) else [path or "<root>"]
+    return [] if same_value(a, b, exact_type=True) else [path or "<root>"]

@@ -8,9 +8,8 @@ both the recording and the replay. The summary ends with one verdict line.
 from __future__ import annotations
 
 import ast
-import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["BlockEvent", "Summary", "compare_logs", "non_logging_changes"]
 
@@ -68,18 +67,12 @@ class BlockEvent:
     cause: str | None = None
 
 
-def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
-                                              and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+def compare_logs(recorded: list[dict], replayed: list[dict], *, key: Callable[[dict], Any],
+                 same: Callable[[Any, Any], bool]) -> tuple[int, list[dict], list[str]]:
+    """(shared count, mismatches, hindsight names) between one worker's records and the recording's.
 
-
-def compare_logs(recorded: list[dict], replayed: list[dict]) -> tuple[int, list[dict], list[str]]:
-    """(shared count, mismatches, hindsight names) between one worker's records and the recording's."""
-    def key(r: dict) -> tuple:
-        return (r["name"], r.get("epoch"), r.get("loop"), str(r.get("step")), r.get("k", 0))
-
+    ``key`` and ``same`` are ``flor.logs.record_key`` and ``flor.logs.same_value`` (passed in:
+    this module sits above the logs layer)."""
     base = {key(r): r for r in recorded}
     shared, bad, hindsight = 0, [], set()
     for r in replayed:
@@ -88,7 +81,7 @@ def compare_logs(recorded: list[dict], replayed: list[dict]) -> tuple[int, list[
             hindsight.add(r["name"])
             continue
         shared += 1
-        if not _equal(old["value"], r["value"]):
+        if not same(old["value"], r["value"]):
             bad.append({"name": r["name"], "epoch": r.get("epoch"), "step": r.get("step"),
                         "recorded": old["value"], "replayed": r["value"]})
     return shared, bad, sorted(hindsight)

@@ -15,9 +15,12 @@ from flor import hparams
 from flor.analysis import compare, records
 from flor.analysis.compare import Group, render
 from flor.analysis.metrics import MAX_DEFINITIONS, extract, load_definitions, printed_lines
+from flor.logs import merge_newest, record_key, same_value
+from flor.store.runlogs import retire_worker_files
 from flor.logs.summary import goal_of, summarize
 from flor.logs.tensorboard import EventFileWriter, global_step, write_replay_events
 from flor.errors import ConfigError
+from flor.verify import compare_logs
 
 
 def fake_run(home: Path, name: str, run: str, hp: dict, values: dict[str, list], *, status: str = "finished",
@@ -217,7 +220,7 @@ def test_replay_events_leave_out_identical_values(tmp_path):
     mine = [dict(r, value=(0.5 if r["epoch"] < 2 else 0.75)) for r in rec]
     mine += [{"name": "gn", "value": v, "epoch": e, "step": None, "k": 0, "t": 2.0} for e, v in enumerate([1, True])]
     mine += [{"name": "tag", "value": "text", "epoch": 0, "step": None, "k": 0, "t": 2.0}]
-    assert write_replay_events(tmp_path, "r1", 0, mine, rec, epochs=3) == 3
+    assert write_replay_events(tmp_path / "tb" / "replay-r1", 0, mine, rec, epochs=3) == 3
     ea = ea_mod.EventAccumulator(str(tmp_path / "tb" / "replay-r1"))
     ea.Reload()
     assert [(e.step, e.value) for e in ea.Scalars("acc")] == [(2, 0.75)]  # only the value that differs
@@ -236,6 +239,73 @@ def test_event_writer_appends_and_closes_twice(tmp_path):
     ea.Reload()
     assert [(e.step, e.value, e.wall_time) for e in ea.Scalars("loss")] == \
         [(-1, 2.5, 5.0), (2**40, pytest.approx(1e-30), 6.0)]
+
+
+def test_event_writer_that_writes_nothing_leaves_no_file(tmp_path):
+    w = EventFileWriter(tmp_path / "tb", suffix=".3")
+    assert w.add_scalars([]) == 0
+    w.close()
+    assert not (tmp_path / "tb").exists()
+
+
+def test_replay_events_are_one_file_per_worker_and_retired_with_it(tmp_path):
+    rec = [{"name": "acc", "value": 0.5, "epoch": 0, "step": None, "k": 0, "t": 1.0}]
+    for worker in (0, 1):
+        assert write_replay_events(tmp_path / "tb" / "replay-r1", worker, [dict(rec[0], value=0.6)], rec, epochs=1) == 1
+    files = sorted(p.name for p in (tmp_path / "tb" / "replay-r1").iterdir())
+    assert len(files) == 2 and [f.rsplit(".", 1)[1] for f in files] == ["0", "1"]
+    retire_worker_files(tmp_path, "r1", 1)
+    assert [p.name for p in (tmp_path / "tb" / "replay-r1").iterdir()] == [files[0]]
+
+
+# -- record keys and value equality ---------------------------------------------------------------
+
+@pytest.mark.parametrize("a, b, same, exact", [
+    (float("nan"), float("nan"), True, True),
+    (1, 1.0, True, False),
+    (1, True, False, False),
+    (True, True, True, True),
+    (0.5, 0.75, False, False),
+    ("1", 1, False, False),
+    (None, None, True, True),
+    ([1, 2], [1, 2], True, True),
+])
+def test_same_value(a, b, same, exact):
+    assert same_value(a, b) is same and same_value(b, a) is same
+    assert same_value(a, b, exact_type=True) is exact
+
+
+@pytest.mark.parametrize("step_a, step_b, same", [
+    (3, 3, True), (3, 3.0, False), (1, True, False), ("3", 3, False), (None, None, True),
+    ([1, 2], [1, 2], True), ({"a": 1, "b": 2}, {"b": 2, "a": 1}, True),
+])
+def test_record_key_step_rule(step_a, step_b, same):
+    a = {"run": "r", "name": "x", "epoch": 0, "step": step_a}
+    b = {"run": "r", "name": "x", "epoch": 0, "step": step_b}
+    assert (record_key(a) == record_key(b)) is same
+
+
+def test_verification_keys_int_and_float_steps_apart_and_values_by_number():
+    recorded = [{"name": "loss", "value": 1, "epoch": 0, "step": 3, "k": 0},
+                {"name": "loss", "value": float("nan"), "epoch": 1, "step": 3, "k": 0},
+                {"name": "acc", "value": 0.5, "epoch": 0, "step": None, "k": 0}]
+    replayed = [{"name": "loss", "value": 1.0, "epoch": 0, "step": 3, "k": 0},  # equal: 1 == 1.0
+                {"name": "loss", "value": float("nan"), "epoch": 1, "step": 3, "k": 0},  # NaN equals NaN
+                {"name": "gn", "value": 2.0, "epoch": 0, "step": 3.0, "k": 0},
+                {"name": "acc", "value": 0.5, "epoch": 0, "step": 0.0, "k": 0},  # step 0.0 is not None
+                {"name": "acc", "value": 0.25, "epoch": 0, "step": None, "k": 1}]  # a second occurrence
+    shared, bad, hindsight = compare_logs(recorded, replayed, key=record_key, same=same_value)
+    assert (shared, bad, hindsight) == (2, [], ["acc", "gn"])
+    shared, bad, _ = compare_logs(recorded, [dict(replayed[0], value=2)], key=record_key, same=same_value)
+    assert shared == 1 and bad == [{"name": "loss", "epoch": 0, "step": 3, "recorded": 1, "replayed": 2}]
+
+
+def test_merge_newest_uses_the_record_key():
+    recs = [{"run": "r", "source": "record", "name": "x", "epoch": 0, "step": [1, 2], "k": 0, "value": 1, "t": 1},
+            {"run": "r", "source": "replay", "name": "x", "epoch": 0, "step": [1, 2], "k": 0, "value": 2, "t": 2},
+            {"run": "r", "source": "replay", "name": "x", "epoch": 0, "step": 1.0, "k": 0, "value": 3, "t": 2},
+            {"run": "r", "source": "record", "name": "x", "epoch": 0, "step": 1, "k": 0, "value": 4, "t": 1}]
+    assert [r["value"] for r in merge_newest(recs)] == [2, 3, 4]
 
 
 # -- hyperparameters ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Looking at what runs logged: records and DataFrames, run reports, comparisons over seeds,
 plots, regex metrics from printed output, and TensorBoard events.
 
-matplotlib (``flor[plot]``) and pandas (``flor[pandas]``) are imported only by the functions
+matplotlib (the ``plot`` extra) and pandas (the ``pandas`` extra) are imported only by the functions
 that need them.
 """
 

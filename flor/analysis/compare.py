@@ -6,6 +6,8 @@ replaces the recorded one. Runs are grouped by the values of the ``by`` hyperpar
 (from ``run.json``; seeds are what varies inside a group), and groups are ranked by their
 mean, best first.
 
+(needs the recorded experiment ``cnn-sweep``, so the example is not run as a doctest)
+
 >>> c = compare(["cnn-sweep"], by=["lr"], metric="val_acc")  # doctest: +SKIP
 >>> [(g.key, g.n, round(g.mean, 4)) for g in c.groups]  # doctest: +SKIP
 """
@@ -19,7 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError
-from .frame import hyperparameters, open_experiment, records
+from ..store.experiment import open_experiment
+from .frame import hyperparameters, records
 from ..logs.summary import goal_of, number
 
 __all__ = ["Comparison", "Group", "RunResult", "compare", "describe", "render"]
@@ -151,8 +154,8 @@ def compare(names: Sequence[str], *, by: Sequence[str], metric: str, at: str | i
             known_hp.update(hp)
             mine = [r for r in merged if r["run"] == run]
             known_names.update(r["name"] for r in mine)
-            if not unfinished and meta.get("status") != "finished":
-                excluded.append((run, f"status {meta.get('status')}"))
+            if not unfinished and meta.status != "finished":
+                excluded.append((run, f"status {meta.status}"))
                 continue
             recs = [r for r in mine if r["name"] == metric]
             picked = _pick(_series(recs, "epoch"), at, goal)

@@ -11,39 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .. import settings
-from ..errors import ConfigError, ReplayError
-from ..logs import merge_newest, read_run_logs
-from ..settings import validate_name
+from ..errors import ConfigError
+from ..logs import merge_newest, record_key, step_key
+from ..store.runlogs import read_run_logs
 from ..store import ExperimentStore
+from ..store.experiment import open_experiment
 
-__all__ = ["dataframe", "hyperparameters", "mark_hindsight", "records", "select_runs", "wide"]
-
-def open_experiment(name: str | None, home: Path | None = None) -> ExperimentStore:
-    name = name or settings.SETTINGS.name
-    if name is None:
-        raise ConfigError("no experiment named: pass name=NAME (the NAME given to --flor)")
-    store = ExperimentStore(home or settings.SETTINGS.home, validate_name(name))
-    if not store.runs():
-        raise ReplayError(f"no experiment {name!r} under {store.root.parent}; `flor ls` lists them")
-    return store
-
-
-def select_runs(store: ExperimentStore, run: str | Sequence[str] | None) -> list[str]:
-    """Run ids: the latest for None, every run for ``"all"``, else each id or unique prefix given."""
-    if run == "all":
-        return store.runs()
-    if run is None or isinstance(run, str):
-        return [store.resolve_run(run)]
-    if "all" in run:
-        return store.runs()
-    chosen = [store.resolve_run(r) for r in run]
-    return list(dict.fromkeys(chosen))
-
+__all__ = ["dataframe", "hyperparameters", "mark_hindsight", "records", "wide"]
 
 def hyperparameters(store: ExperimentStore, run: str) -> dict[str, Any]:
     """The hyperparameters a run recorded (its argparse namespace and ``flor.arg`` values)."""
-    return dict(store.read_run(run).get("hyperparameters") or {})
+    return dict(store.read_run(run).hyperparameters)
 
 
 def records(name: str | None = None, *, run: str | Sequence[str] | None = None, home: Path | None = None,
@@ -62,7 +40,7 @@ def records(name: str | None = None, *, run: str | Sequence[str] | None = None, 
         from .metrics import load_definitions
 
         defs = load_definitions(definitions)
-    for r in select_runs(store, run):
+    for r in store.select_runs(run):
         logged = read_run_logs(store.run_path(r), r)
         out.extend(logged)
         if defs:
@@ -78,20 +56,14 @@ def records(name: str | None = None, *, run: str | Sequence[str] | None = None, 
     return mark_hindsight(merge_newest(out), out) if newest else out
 
 
-def _key(rec: dict) -> tuple:
-    step = rec.get("step")
-    return (rec["run"], rec["name"], rec.get("epoch"), rec.get("loop"),
-            repr(step) if isinstance(step, (list, dict)) else step, rec.get("k", 0))
-
-
 def mark_hindsight(merged: list[dict], everything: Iterable[dict] | None = None) -> list[dict]:
     """Set ``hindsight`` on merged records: True for a replay's value the recording lacks.
 
     The recording's keys come from ``everything``, the records before merging (default:
     ``merged`` itself, which only holds recorded values no replay replaced)."""
-    recorded = {_key(r) for r in (everything if everything is not None else merged) if r["source"] == "record"}
+    recorded = {record_key(r) for r in (everything if everything is not None else merged) if r["source"] == "record"}
     for rec in merged:
-        rec["hindsight"] = rec["source"] == "replay" and _key(rec) not in recorded
+        rec["hindsight"] = rec["source"] == "replay" and record_key(rec) not in recorded
     return merged
 
 
@@ -131,8 +103,7 @@ def wide(merged: list[dict], hparams: dict[str, dict[str, Any]] | None = None,
         if rec["name"] not in wanted:
             continue
         step = rec.get("step")
-        key = (rec["run"], rec.get("loop"), rec.get("epoch"), repr(step) if isinstance(step, (list, dict)) else step,
-               rec.get("k", 0))
+        key = (rec["run"], rec.get("loop"), rec.get("epoch"), step_key(step), rec.get("k", 0))
         row = rows.get(key)
         if row is None:
             epoch = rec.get("epoch") if rec.get("epoch") is not None else rec.get("loop")
@@ -157,12 +128,15 @@ def dataframe(*names: str, name: str | None = None, run: str | Sequence[str] | N
     ``hparams=True`` adds a column per hyperparameter (``hp.NAME`` where a logged value has
     the same name); ``definitions`` adds regex metrics from the printed output.
 
+    (needs the recorded experiment ``cnn-demo``, so the example is not run as a doctest)
+
     >>> flor.dataframe("val_acc", "weight_norm", name="cnn-demo", hparams=True)  # doctest: +SKIP
     """
     try:
         import pandas as pd
     except ImportError as exc:
-        raise ImportError("flor.dataframe needs pandas: pip install 'flor[pandas]'") from exc
+        raise ImportError("flor.dataframe needs pandas: pip install pandas"
+                          " (or pip install -e '.[pandas]' in flor's checkout)") from exc
     merged = records(name, run=run, home=home, newest=True, definitions=definitions)
     hp = {}
     if hparams:

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 from ..errors import ConfigError
 from ..logs import occurrence_keys
+from ..store.layout import RunLayout
 
 __all__ = [
     "MAX_DEFINITIONS", "MetricDefinition", "analytics", "analytics_frame", "extract", "load_definitions", "output_logs",
@@ -192,12 +193,10 @@ def printed_lines(log: Path, *, worker: int | None = None) -> Iterator[tuple[str
 def output_logs(run_dir: Path) -> list[tuple[str, str | None, int | None, Path]]:
     """``(source, replay, worker, path)`` of a run's output logs: the recording's, then each replay worker's."""
     out: list[tuple[str, str | None, int | None, Path]] = []
-    if (run_dir / "stdout.log").is_file():
-        out.append(("record", None, None, run_dir / "stdout.log"))
-    for path in sorted(run_dir.glob("replay-*.log")):
-        replay, _, worker = path.stem.removeprefix("replay-").rpartition("-")
-        if replay and worker.isdigit():
-            out.append(("replay", replay, int(worker), path))
+    layout = RunLayout(run_dir)
+    if layout.stdout.is_file():
+        out.append(("record", None, None, layout.stdout))
+    out.extend(("replay", replay, worker, path) for replay, worker, path in layout.replay_outputs())
     return out
 
 
@@ -236,18 +235,21 @@ def analytics_frame(name: str, definitions: Any, *, run: str | list[str] | None 
     """A pandas DataFrame like SageMaker's ``TrainingJobAnalytics(...).dataframe()``, plus
     ``epoch``, ``run``, ``source`` and ``replay``.
 
+    (needs the recorded experiment ``cnn-demo``, so the example is not run as a doctest)
+
     >>> analytics_frame("cnn-demo", "defs.json")  # doctest: +SKIP
     """
     try:
         import pandas as pd
     except ImportError as exc:
-        raise ImportError("analytics_frame needs pandas: pip install 'flor[pandas]'") from exc
-    from .frame import open_experiment, select_runs
+        raise ImportError("analytics_frame needs pandas: pip install pandas"
+                          " (or pip install -e '.[pandas]' in flor's checkout)") from exc
+    from ..store.experiment import open_experiment
 
     store = open_experiment(name, home)
     defs = load_definitions(definitions)
     rows: list[dict] = []
-    for r in select_runs(store, run):
+    for r in store.select_runs(run):
         rows.extend(extract(store.run_path(r), r, defs))
     columns = ["timestamp", "metric_name", "value", "epoch", "run", "source", "replay"]
     return pd.DataFrame(analytics(rows), columns=columns).astype({"epoch": "Int64"})

@@ -4,7 +4,9 @@ Every value is plotted (no downsampling, no smoothing). Hindsight values (logged
 replay where the recording has none) are drawn with open markers and named so in the
 legend; a series that is hindsight throughout is dashed. Several runs are overlaid, labelled
 by the hyperparameters that differ between them. Each plot is also saved into the run
-directory (``runs/<run>/plots/``, the newest run plotted) so it travels with the run.
+directory (``runs/<run>/plots/``, the newest run plotted) so it travels with the run. These
+functions only write files: uploading the kept copy to a spool target is the caller's choice
+(``flor plot`` and ``flor compare --plot`` do it when a spool is set).
 
 matplotlib is imported only here and only when plotting, through its object API (no
 pyplot): the figure never touches a display or the caller's matplotlib state.
@@ -17,11 +19,11 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import settings
 from ..errors import ConfigError
 from ..store import ExperimentStore
 from .compare import Comparison, _series
-from .frame import hyperparameters, open_experiment, records
+from ..store.experiment import open_experiment
+from .frame import hyperparameters, records
 
 __all__ = ["plot_comparison", "plot_metrics"]
 
@@ -30,7 +32,8 @@ def _figure(rows: int) -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise ConfigError("plotting needs matplotlib: pip install 'flor[plot]'") from exc
+        raise ConfigError("plotting needs matplotlib: pip install matplotlib"
+                          " (or pip install -e '.[plot]' in flor's checkout)") from exc
     fig = Figure(figsize=(8, 3.2 * rows + 0.4), dpi=100, layout="constrained")
     return fig, [fig.add_subplot(rows, 1, i + 1) for i in range(rows)]
 
@@ -61,17 +64,11 @@ def _safe(text: str) -> str:
 
 
 def _save(fig: Any, out: Path | None, store: ExperimentStore, run: str, default_name: str) -> list[Path]:
-    """Save into the run's plots/ folder (uploaded to the spool target when one is set), and to
-    ``out`` when given; return the paths written."""
-    key = store.run_key(run, "plots", _safe(out.name) if out is not None else default_name)
-    kept = store.root / key
+    """Save into the run's ``plots/`` folder, and to ``out`` when given; return the paths
+    written: ``out`` first, the run's copy last."""
+    kept = store.run_path(run, "plots", _safe(out.name) if out is not None else default_name)
     kept.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(kept, format="png")
-    url = getattr(settings.SETTINGS, "spool", None)
-    if url:
-        from ..store.spool import spool_files  # warns, never raises: the plot is written either way
-
-        spool_files(store, url, [key])
     written = [kept]
     if out is not None:
         out = out.expanduser()
@@ -86,7 +83,10 @@ def plot_metrics(name: str, metrics: Sequence[str], *, runs: str | Sequence[str]
                  x: str = "epoch", out: Path | None = None, home: Path | None = None,
                  definitions: Any = None, title: str | None = None) -> list[Path]:
     """Plot ``metrics`` of experiment ``name`` against ``x`` (``epoch`` or ``step``), one panel
-    per metric, one curve per run. Returns the files written (``out`` first, if given).
+    per metric, one curve per run. Returns the files written: ``out`` first, if given, and
+    the copy kept in the newest run's ``plots/`` folder last.
+
+    (needs the recorded experiment ``cnn-demo``, so the example is not run as a doctest)
 
     >>> plot_metrics("cnn-demo", ["val_acc"], out=Path("acc.png"))  # doctest: +SKIP
     """
@@ -136,7 +136,7 @@ def plot_metrics(name: str, metrics: Sequence[str], *, runs: str | Sequence[str]
 
 def plot_comparison(c: Comparison, *, out: Path | None = None, home: Path | None = None) -> list[Path]:
     """Per group: the mean over its runs (seeds) at each epoch or step, with a band from the
-    minimum to the maximum. Returns the files written."""
+    minimum to the maximum. Returns the files written, as ``plot_metrics`` does."""
     if not c.groups:
         raise ConfigError(f"no runs to plot for {c.metric}")
     fig, (ax,) = _figure(1)

@@ -8,9 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..logs import merge_newest, read_run_logs
-from ..store.experiment import dir_size, human_size
-from .frame import mark_hindsight, open_experiment, select_runs
+from ..logs import merge_newest
+from ..store.runlogs import read_run_logs
+from .._fmt import human_size
+from ..store.experiment import dir_size
+from ..store.runmeta import RunMeta
+from ..store.experiment import open_experiment
+from .frame import mark_hindsight
 from ..logs.summary import summarize
 
 __all__ = ["run_report", "render_report"]
@@ -24,7 +28,7 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
     """Everything ``flor show`` prints, as data: ``run.json`` plus what is computed from the
     store (checkpoints, sizes, replays, the last and best value of every logged name)."""
     store = open_experiment(name, home)
-    (run_id,) = select_runs(store, run)
+    (run_id,) = store.select_runs(run)
     meta = store.read_run(run_id)
     run_dir = store.run_path(run_id)
     manifests = list(store.manifests(run_id))
@@ -40,7 +44,7 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
     for m in values:
         values[m]["hindsight"] = any(r.get("hindsight") for r in merged if r["name"] == m)
     replays: dict[str, dict[str, Any]] = {}
-    for path in sorted((run_dir / "logs").glob("replay-*.summary.json")):
+    for _, _, path in store.layout(run_id).replay_summaries():
         try:
             s = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -67,10 +71,10 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _policy(meta: dict[str, Any]) -> str:
-    policy = meta.get("checkpoint_policy")
+def _policy(meta: RunMeta) -> str:
+    policy = meta.checkpoint_policy
     if not isinstance(policy, dict):
-        every = meta.get("checkpoint_every")
+        every = meta.checkpoint_every
         return f", every {every} epoch(s)" if every else ""
     if policy.get("every"):
         how = f"every {policy['every']} epoch(s)"
@@ -93,17 +97,17 @@ def _ranges(epochs: list[int]) -> str:
 
 def render_report(rep: dict[str, Any]) -> str:
     meta = rep["meta"]
-    v = meta.get("versions") or {}
-    lines = [f"{rep['name']} run {rep['run']}: {meta.get('status', '?')}"
-             + (f" ({meta['error']})" if meta.get("error") else "")]
+    v = meta.versions
+    lines = [f"{rep['name']} run {rep['run']}: {meta.status}"
+             + (f" ({meta.error})" if meta.error else "")]
 
     def row(label: str, text: str) -> None:
         lines.append(f"  {label:<16}{text}")
 
-    row("command", "python " + shlex.join(meta.get("argv") or []))
-    if meta.get("script"):
-        row("script", f"{meta['script']} (sha256 {str(meta.get('script_sha256'))[:12]})")
-    git = meta.get("git")
+    row("command", "python " + shlex.join(meta.argv))
+    if meta.script:
+        row("script", f"{meta.script} (sha256 {str(meta.script_sha256)[:12]})")
+    git = meta.git
     if git:
         dirty = "dirty, see source/diff.patch" if git.get("dirty") else "clean"
         extra = f"; {len(git['untracked_included'])} untracked source files in the patch" \
@@ -111,17 +115,17 @@ def render_report(rep: dict[str, Any]) -> str:
         row("git", f"{str(git.get('commit'))[:12]} on {git.get('branch') or '?'}, {dirty}{extra}")
     else:
         row("git", "not in a git repository")
-    hp = meta.get("hyperparameters") or {}
+    hp = meta.hyperparameters
     row("hyperparameters", " ".join(f"{k}={_fmt(x)}" for k, x in hp.items()) or "none captured")
-    started, ended = meta.get("started"), meta.get("ended")
+    started, ended = meta.started, meta.ended
     took = f", took {ended - started:.1f} s" if started and ended else ""
     row("time", f"started {_when(started)}, ended {_when(ended)}{took}")
     gpus = ", ".join(v.get("gpus") or []) or "none"
     row("host", f"{v.get('host', '?')}: python {v.get('python', '?')}, torch {v.get('torch', '?')}, "
                 f"cuda {v.get('cuda') or '-'}, gpus {gpus}")
-    planned = meta.get("epochs_planned")
-    row("epochs", f"{meta.get('epochs_done', 0)}" + (f" of {planned}" if planned is not None else "") + " done")
-    fails = len(meta.get("checkpoint_failures") or [])
+    planned = meta.epochs_planned
+    row("epochs", f"{meta.epochs_done}" + (f" of {planned}" if planned is not None else "") + " done")
+    fails = len(meta.checkpoint_failures)
     row("checkpoints", f"{rep['checkpoints']} ({', '.join(rep['checkpoint_blocks']) or 'no blocks'})"
                        + _policy(meta) + (f", {fails} failed" if fails else ""))
     row("storage", f"run folder {human_size(rep['run_bytes'])}, new checkpoint bytes {human_size(rep['checkpoint_bytes'])}, "

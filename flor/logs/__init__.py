@@ -3,18 +3,22 @@
 A record line holds ``name, value, epoch, step, block, t``. Where it came from is the file:
 ``logs/record.jsonl`` for the recording, ``logs/replay-<replay-id>-<worker>.jsonl`` for each
 replay worker, so parallel workers never write the same file.
+
+Two rules every reader shares are defined here once: ``record_key`` (which records are "the
+same value", logged again) and ``same_value`` (whether two logged values are equal).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = [
-    "LogWriter", "FIELDS", "NOT_SCALAR", "merge_newest", "occurrence_keys", "read_run_logs", "retire_worker_files",
-    "to_scalar", "worker_files",
+    "LogWriter", "FIELDS", "NOT_SCALAR", "merge_newest", "occurrence_keys", "read_jsonl", "record_key",
+    "same_value", "step_key", "to_scalar",
 ]
 
 #: the columns of a log record as the readers return it
@@ -92,7 +96,8 @@ class LogWriter:
             self.sink(recs)
 
 
-def _read_jsonl(path: Path) -> Iterable[dict]:
+def read_jsonl(path: Path) -> Iterable[dict]:
+    """The records of one log file; a line torn by a crash (or damaged) is skipped."""
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             line = line.strip()
@@ -104,60 +109,73 @@ def _read_jsonl(path: Path) -> Iterable[dict]:
                 continue  # a line torn by a crash: the records before it stand
 
 
-def _worker_order(path: Path) -> tuple:
-    replay, _, worker = path.stem.removeprefix("replay-").rpartition("-")
-    return (replay, int(worker) if worker.isdigit() else -1, worker)
+def step_key(step: Any) -> str:
+    """The step as a key: its JSON text, as the log line holds it.
 
+    So ``3`` and ``3.0`` are different steps (a replay that logs ``step=3.0`` where the
+    recording logged ``step=3`` logs a new value, as the verification has always counted it),
+    ``True`` is not ``1``, a string ``"3"`` is not ``3``, and list or dict steps are keys too.
 
-def read_run_logs(run_dir: Path, run: str, *, ranks: bool = False) -> list[dict]:
-    """Every log record of one run: the recording's, then each replay's, worker by worker (so
-    in epoch order: workers replay contiguous segments).
-
-    With ``ranks``, a distributed recording's other ranks too (``logs/record-rank<R>.jsonl``),
-    each record tagged with its ``rank`` (rank 0's are ``record.jsonl``'s).
+    >>> [step_key(s) for s in (3, 3.0, None, "3", [1, 2])]
+    ['3', '3.0', 'null', '"3"', '[1, 2]']
     """
-    out: list[dict] = []
-    logs = run_dir / "logs"
-    record = logs / "record.jsonl"
-    if record.is_file():
-        for rec in _read_jsonl(record):
-            out.append({**rec, "run": run, "source": "record", "replay": None, "worker": None,
-                        **({"rank": 0} if ranks else {})})
-    if ranks:
-        for path in sorted(logs.glob("record-rank*.jsonl"), key=lambda p: int(p.stem[11:] or 0)):
-            for rec in _read_jsonl(path):
-                out.append({**rec, "run": run, "source": "record", "replay": None, "worker": None,
-                            "rank": int(path.stem[11:] or 0)})
-    for path in sorted(logs.glob("replay-*.jsonl"), key=_worker_order):
-        replay, _, worker = path.stem.removeprefix("replay-").rpartition("-")
-        for rec in _read_jsonl(path):
-            out.append({**rec, "run": run, "source": "replay", "replay": replay,
-                        "worker": int(worker) if worker.isdigit() else worker})
-    return occurrence_keys(out)
+    return json.dumps(step, sort_keys=True, default=str)
+
+
+def _slot(rec: dict) -> tuple:
+    return (rec.get("run"), rec["name"], rec.get("epoch"), rec.get("loop"), step_key(rec.get("step")))
+
+
+def record_key(rec: dict) -> tuple:
+    """What identifies a logged value across the recording and its replays:
+    ``(run, name, epoch, loop, step, k)``.
+
+    ``loop`` tells values logged before and after ``flor.it``'s loop apart; ``k`` numbers
+    repeats of the same (name, epoch, step) within one file (see ``occurrence_keys``); the
+    step compares by its JSON text (see ``step_key``). A replay's record with the key of a
+    recorded one logged that value again; one with a new key is a hindsight value.
+
+    >>> record_key({"run": "r1", "name": "loss", "epoch": 2, "step": 10, "k": 0})
+    ('r1', 'loss', 2, None, '10', 0)
+    """
+    return (*_slot(rec), rec.get("k", 0))
+
+
+def same_value(a: Any, b: Any, *, exact_type: bool = False) -> bool:
+    """Whether two logged values are equal: NaN equals NaN; an int equals the float of the
+    same value (``1 == 1.0``) unless ``exact_type``; a bool equals only a bool.
+
+    >>> same_value(float("nan"), float("nan")), same_value(1, 1.0), same_value(1, True)
+    (True, True, False)
+    >>> same_value(1, 1.0, exact_type=True)
+    False
+    """
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if type(a) is type(b):
+        return a == b
+    numbers = (int, float)
+    return (not exact_type and isinstance(a, numbers) and isinstance(b, numbers)
+            and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
 
 
 def occurrence_keys(records: list[dict]) -> list[dict]:
     """Number repeats of (name, epoch, step) within each source file as ``k``, in order."""
     counts: dict[tuple, int] = {}
     for rec in records:
-        key = (rec.get("run"), rec.get("source"), rec.get("replay"), rec.get("worker"), rec.get("rank"),
-               rec["name"], rec.get("epoch"), rec.get("loop"), _hashable(rec.get("step")))
+        key = (rec.get("source"), rec.get("replay"), rec.get("worker"), rec.get("rank"), *_slot(rec))
         rec["k"] = counts.get(key, 0)
         counts[key] = rec["k"] + 1
     return records
 
 
-def _hashable(x: Any) -> Any:
-    return json.dumps(x) if isinstance(x, (list, dict)) else x
-
-
 def merge_newest(records: list[dict]) -> list[dict]:
-    """One record per (run, name, epoch, step, k): a replay's value over the recording's,
-    a newer replay's over an older one's. Order: the first appearance of each key."""
+    """One record per ``record_key``: a replay's value over the recording's, a newer
+    replay's over an older one's. Order: the first appearance of each key."""
     best: dict[tuple, dict] = {}
     order: list[tuple] = []
     for rec in records:
-        key = (rec["run"], rec["name"], rec.get("epoch"), rec.get("loop"), _hashable(rec.get("step")), rec.get("k", 0))
+        key = record_key(rec)
         old = best.get(key)
         if old is None:
             order.append(key)
@@ -165,36 +183,3 @@ def merge_newest(records: list[dict]) -> list[dict]:
         elif (rec["source"] == "replay", rec.get("t", 0)) >= (old["source"] == "replay", old.get("t", 0)):
             best[key] = rec
     return [best[k] for k in order]
-
-
-def worker_files(run_dir: Path, replay: str, worker: int) -> list[Path]:
-    """The files one replay worker writes: its log records, summary, output and output marks."""
-    stem = f"replay-{replay}-{worker}"
-    return [run_dir / "logs" / f"{stem}.jsonl", run_dir / "logs" / f"{stem}.summary.json",
-            run_dir / f"{stem}.log", run_dir / f"{stem}.marks.jsonl"]
-
-
-def retire_worker_files(run_dir: Path, replay: str, worker: int) -> Path | None:
-    """Move an earlier attempt of worker ``worker`` of ``replay`` out of the readers' way.
-
-    A worker that runs again under the same replay id (``flor replay`` resuming after a
-    failure, a requeued Slurm task, a restarted torchrun worker) starts clean: its earlier
-    files go to ``runs/<run>/attempts/<replay>-<worker>-<n>/`` (kept for reading, never
-    merged) and its TensorBoard file, derived from them, is deleted. Returns that folder,
-    or None when there was nothing to move.
-    """
-    found = [p for p in worker_files(run_dir, replay, worker) if p.exists()]
-    tb = run_dir / "tb" / f"replay-{replay}"
-    events = sorted(tb.glob(f"events.out.tfevents.*.{worker}")) if tb.is_dir() else []
-    for e in events:
-        e.unlink(missing_ok=True)
-    if not found:
-        return None
-    n = 0
-    while (run_dir / "attempts" / f"{replay}-{worker}-{n}").exists():
-        n += 1
-    dest = run_dir / "attempts" / f"{replay}-{worker}-{n}"
-    dest.mkdir(parents=True)
-    for p in found:
-        p.replace(dest / p.name)
-    return dest
