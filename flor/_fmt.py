@@ -47,8 +47,10 @@ def clock(seconds: float) -> str:
 
 
 def progress(total: float | None, label: str, *, stream: Any = None, unit: str = "it",
-             unit_scale: bool = False) -> Any:
-    """tqdm's bar on ``stream`` (stderr by default), drawn only on a terminal."""
+             unit_scale: bool = False, bar_format: str | None = None) -> Any:
+    """tqdm's bar on ``stream`` (stderr by default), drawn only on a terminal; ``bar_format`` is
+    tqdm's (e.g. ``"{desc}: |{bar}| {n_fmt}/{total_fmt} epochs{postfix}"`` with a postfix
+    the caller sets and no tqdm ETA)."""
     import sys
 
     from tqdm import tqdm
@@ -56,4 +58,4 @@ def progress(total: float | None, label: str, *, stream: Any = None, unit: str =
     stream = stream if stream is not None else sys.stderr
     tty = bool(getattr(stream, "isatty", lambda: False)())
     return tqdm(total=total, desc=f"flor: {label}", file=stream, unit=unit, unit_scale=unit_scale,
-                disable=not tty, leave=False, dynamic_ncols=True)
+                bar_format=bar_format, disable=not tty, leave=False, dynamic_ncols=True)

@@ -16,8 +16,10 @@ import pytest
 
 from conftest import Runner, values
 from flor.launch.estimate import probed_blocks
+from flor.launch.executor import Executor
 from flor.launch.launcher import Launch, detect_gpus
-from flor.logs import merge_newest, read_run_logs
+from flor.logs import merge_newest
+from flor.store.runlogs import read_run_logs
 from flor.plan import make_plan
 from flor.launch.report import merged_summary
 from flor.settings import parse
@@ -173,6 +175,56 @@ def test_worker_environment_places_gpus_threads_and_segments(rec):
     assert "RANK" not in envs[0]  # not a DDP recording: no world of one to set up
     assert [list(p.segment) for p in launch.estimate.plans] == [[1], [2], [3, 4]]
     assert all(len(p.init) == p.segment.start for p in launch.estimate.plans)  # --strong: from epoch 0
+
+
+class ScriptedWorker:
+    """A worker that prints its lines and exits with ``rc`` without replaying anything."""
+
+    def __init__(self, lines: list[str], rc: int) -> None:
+        self._lines, self._rc, self._ended = lines, rc, False
+
+    def lines(self):
+        yield from self._lines
+        self._ended = True
+
+    def poll(self):
+        return self._rc if self._ended else None
+
+    def stop(self) -> None:
+        pass
+
+    def wait(self) -> int:
+        return self._rc
+
+
+class ScriptedExecutor:
+    def __init__(self) -> None:
+        self.opened, self.started = False, []
+
+    def open(self) -> None:
+        self.opened = True
+
+    def start(self, index, command, env, *, threads):
+        self.started.append((index, env["FLOR_REPLAY"], threads))
+        return ScriptedWorker([f"hello from {index}\n", "no newline"], rc=index)
+
+
+def test_any_executor_runs_through_the_one_loop(rec):
+    """The launch knows no executor: a scripted one gets each worker's environment, its lines are
+    printed with their prefix, and workers that wrote no summary are reported as failed."""
+    store = ExperimentStore(rec.home, "toy")
+    out, err = io.StringIO(), io.StringIO()
+    launch = Launch(store, store.resolve_run(None), [sys.executable, "outer.py"], workers=2, gpus=[],
+                    epoch_range=None, strong=False, threads=None, fresh=True, out=out, err=err)
+    executor = ScriptedExecutor()
+    assert isinstance(executor, Executor) and launch.execute(executor) == 1
+    assert executor.opened and executor.started == [(0, "0/2", 1), (1, "1/2", 1)]
+    assert "[w0] hello from 0\n" in out.getvalue() and "[w1] no newline\n" in out.getvalue()
+    assert "worker 0 (epochs 0-2) failed: no summary was written" in err.getvalue()
+    assert "worker 1 (epochs 3-5) failed: exit code 1; its last lines:\n      hello from 1\n      no newline" \
+        in err.getvalue()
+    record = json.loads((launch.run_dir / "logs" / f"launch-{launch.replay_id}.json").read_text())
+    assert record["status"] == "failed" and [w["rc"] for w in record["segments"]] == [0, 1]
 
 
 # -- pure parts ---------------------------------------------------------------------------

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FlorError
 from ..settings import SETTINGS, validate_name
 from ..store import ExperimentStore
 
 from .common import subcommand
+
+if TYPE_CHECKING:
+    from ..launch.executor import Executor
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -36,7 +39,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     args.threads = _replay_threads(args, store, run, gpus, epoch_range, command)
     if args.plan:
         meta = store.read_run(run)
-        n_epochs = int(meta.get("epochs_planned") or meta.get("epochs_done") or 0)
+        n_epochs = meta.epochs
         within = select(n_epochs, epoch_range) if epoch_range else None
         kw = dict(script=_script_of(command), within=within, strong=args.strong, threads=args.threads, gpus=gpus)
         workers = args.workers or (len(gpus) if gpus else estimate_replay(store, run, meta, workers=1, **kw).fastest[0])
@@ -53,8 +56,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
             if not command:
                 print("  (no command given: blocks counted as not probed; add -- python SCRIPT.py ARGS to check)")
         return 0
-    return run_launch(store, run, command, workers=args.workers, gpus=gpus, epoch_range=epoch_range,
-                      strong=args.strong, threads=args.threads, fresh=args.fresh, ray=args.ray)
+    return run_launch(store, run, command, executor=_executor(args.ray), workers=args.workers, gpus=gpus,
+                      epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh)
+
+
+def _executor(ray: str | None) -> Executor:
+    """``--ray [ADDRESS]``: Ray tasks (no address: ``RAY_ADDRESS``, else a local Ray); else processes here."""
+    if ray is not None:
+        from ..launch.ray import RayExecutor
+
+        return RayExecutor(ray or None)
+    from ..launch.local import LocalExecutor
+
+    return LocalExecutor()
 
 
 def _replay_threads(args: argparse.Namespace, store: ExperimentStore, run: str, gpus: list[str],
@@ -74,7 +88,7 @@ def _replay_threads(args: argparse.Namespace, store: ExperimentStore, run: str, 
     workers = args.workers or len(gpus)
     if not workers:  # the fastest count with one thread a worker
         meta = store.read_run(run)
-        n = int(meta.get("epochs_planned") or meta.get("epochs_done") or 0)
+        n = meta.epochs
         workers = estimate_replay(store, run, meta, workers=1, script=_script_of(command), threads=1, gpus=gpus,
                                   within=select(n, epoch_range) if epoch_range else None).fastest[0]
         args.workers = workers
@@ -108,7 +122,7 @@ Run the same command again after a failure: only the missing segments replay. Se
     p.add_argument("--fresh", action="store_true", help="start a new replay instead of resuming an unfinished one")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run the workers as Ray tasks, one a segment (num_gpus=1 each on a GPU cluster); "
-                        "ADDRESS or RAY_ADDRESS joins a cluster, else a local Ray starts (pip install 'flor[ray]')")
+                        "ADDRESS or RAY_ADDRESS joins a cluster, else a local Ray starts (pip install ray)")
     p.add_argument("--plan", action="store_true", help="print the segments and estimated times, and run nothing")
     p.add_argument("--report", nargs="?", const="latest", default=None, metavar="REPLAY_ID",
                    help="print the merged summary of a replay (default: the newest), however it was launched")

@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..plan import BlockCost, EpochCost, estimate, fastest, make_plan, restorable_epochs
 from ..placement import cores
+from ..plan import BlockCost, EpochCost, estimate, fastest, make_plan, restorable_epochs
 from ..runinfo import busy_cores
 from ..store import ExperimentStore
+from ..store.layout import RunLayout, marks_of
+from ..store.runmeta import RunMeta
 
 __all__ = ["ReplayEstimate", "cores", "cpu_share", "epoch_costs", "estimate_replay", "load", "probed_blocks", "startup"]
 
@@ -89,7 +90,7 @@ def _restore_s(nbytes: float) -> float:
     return RESTORE_FIXED_S + nbytes / RESTORE_BYTES_S
 
 
-def epoch_costs(store: ExperimentStore, run: str, meta: dict) -> list[EpochCost]:
+def epoch_costs(store: ExperimentStore, run: str, meta: RunMeta) -> list[EpochCost]:
     """The recorded cost of every epoch of ``run``, for ``flor.plan.estimate``."""
     manifests: dict[tuple[str, int, int], dict] = {}
     for block, epoch, occ in store.manifests(run):
@@ -99,17 +100,17 @@ def epoch_costs(store: ExperimentStore, run: str, meta: dict) -> list[EpochCost]
             manifests[(block, epoch, occ)] = store.read_manifest(run, block, epoch, occ)
         except Exception:  # noqa: BLE001 - an unreadable checkpoint is re-executed; cost it so
             continue
-    timings = meta.get("timings") or {}
+    timings = meta.timings
     epoch_s = list(timings.get("epoch_s") or [])
     by_name = {name: list(ts) for name, ts in (timings.get("blocks") or {}).items()}
     mean = {name: (sum(ts) / len(ts) if ts else 0.0) for name, ts in by_name.items()}
     sizes = [float(m.get("bytes") or 0) for m in manifests.values()]
     typical_bytes = sum(sizes) / len(sizes) if sizes else 0.0
-    n = int(meta.get("epochs_planned") or meta.get("epochs_done") or len(epoch_s))
+    n = meta.epochs or len(epoch_s)
     costs: list[EpochCost] = []
     for e in range(n):
         blocks, snap = [], 0.0
-        for name, occ in (meta.get("epoch_blocks") or {}).get(str(e), []):
+        for name, occ in meta.epoch_blocks.get(str(e), []):
             m = manifests.get((name, e, occ))
             run_s = float(m["block_s"]) if m and m.get("block_s") is not None else mean.get(name, 0.0)
             nbytes = float(m.get("bytes") or 0) if m else typical_bytes
@@ -136,10 +137,10 @@ def _marks_times(marks: Path) -> tuple[float | None, float | None]:
     return first, after
 
 
-def startup(run_dir: Path, meta: dict) -> tuple[float, str]:
+def startup(run_dir: Path, meta: RunMeta) -> tuple[float, str]:
     """Seconds from a worker's start to its first epoch, and where the number comes from."""
     measured: list[tuple[float, float]] = []
-    for path in (run_dir / "logs").glob("launch-*.json"):
+    for path in RunLayout(run_dir).launch_records():
         try:
             rec = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -150,10 +151,10 @@ def startup(run_dir: Path, meta: dict) -> tuple[float, str]:
             measured.append((float(rec.get("started") or 0), sorted(values)[len(values) // 2]))
     if measured:
         return max(measured)[1], "measured by the last flor replay of this run"  # already per unit of sharing
-    first, after = _marks_times(run_dir / "stdout.marks.jsonl")
-    if first is not None and meta.get("process_started"):
-        wind_down = max(0.0, float(meta.get("ended") or 0) - after) if after is not None else 0.0
-        return max(0.0, first - float(meta["process_started"])) + wind_down, \
+    first, after = _marks_times(marks_of(RunLayout(run_dir).stdout))
+    if first is not None and meta.process_started:
+        wind_down = max(0.0, float(meta.ended or 0) - after) if after is not None else 0.0
+        return max(0.0, first - float(meta.process_started)) + wind_down, \
             "the recording's start-up and wind-down"
     return DEFAULT_STARTUP_S, "assumed: nothing measured yet"
 
@@ -192,17 +193,17 @@ def _unshared(costs: list[EpochCost], share: float) -> list[EpochCost]:
                                                for b in c.blocks)) for c in costs]
 
 
-def estimate_replay(store: ExperimentStore, run: str, meta: dict, *, workers: int, script: Path | None,
+def estimate_replay(store: ExperimentStore, run: str, meta: RunMeta, *, workers: int, script: Path | None,
                     within: range | None = None, strong: bool = False, threads: int | None = None,
                     gpus: Sequence[str] | None = None) -> ReplayEstimate:
     """Plan ``workers`` workers over ``run`` and estimate their time, and the fastest count."""
     costs = epoch_costs(store, run, meta)
-    restorable = restorable_epochs(meta.get("epoch_blocks") or {}, set(store.manifests(run)))
+    restorable = restorable_epochs(meta.epoch_blocks, set(store.manifests(run)))
     start_s, source = startup(store.run_path(run), meta)
-    t = int(threads or meta.get("torch_threads") or 1)
+    t = int(threads or meta.torch_threads or 1)
     busy = 0.0
     if not gpus:  # on CPU, other processes' load slowed the recording and will slow the replay
-        recorded_share = cpu_share(int(meta.get("torch_threads") or 1), float(meta.get("busy_cores") or 0.0))
+        recorded_share = cpu_share(int(meta.torch_threads or 1), float(meta.busy_cores or 0.0))
         costs = _unshared(costs, recorded_share)
         if not source.startswith("measured"):
             start_s /= recorded_share

@@ -1,9 +1,9 @@
 """``flor replay``: parallel replay on this machine, its plan, and merged reports.
 
 ``flor replay NAME -- python train.py ARGS`` plans the segments (``flor.plan``), starts one
-worker process per segment with ``FLOR_NAME``, ``FLOR_REPLAY=PID/N``, a shared
+worker per segment (through an executor: ``local`` processes, or ``ray`` tasks) with ``FLOR_NAME``, ``FLOR_REPLAY=PID/N``, a shared
 ``FLOR_REPLAY_ID`` and the recorded run pinned (``FLOR_RUN``), streams each worker's output
-with a ``[wN]`` prefix, shows one progress line (epochs done of all, ETA) read from the
+with a ``[wN]`` prefix, shows one progress bar (epochs done of all, ETA) read from the
 workers' epoch marks (``replay-<id>-<N>.marks.jsonl``, never from the script's output), and
 ends with one verification summary merged from the workers' ``*.summary.json``.
 
@@ -33,30 +33,25 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
+from .._fmt import clock, progress, span
 from ..errors import ConfigError
-from ..placement import cores
-from .estimate import ReplayEstimate, estimate_replay
-from ..logs import retire_worker_files
+from ..store.runlogs import retire_worker_files
+from ..placement import cores, new_replay_id, pid_alive
 from ..plan import select
-from .._fmt import clock, span
+from ..store import ExperimentStore
+from .estimate import ReplayEstimate, estimate_replay
+from .executor import Executor
 from .report import merged_summary
 from .workers import WorkerState, failure
-from ..engine.session import pid_alive
-from ..store import ExperimentStore
 
 __all__ = ["Launch", "detect_gpus", "run_launch"]
 
 _PLACEMENT_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
                    "SLURM_ARRAY_TASK_MIN", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID")
-
-
-def new_replay_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + uuid.uuid4().hex[:4]
 
 
 def detect_gpus(spec: str, env: dict[str, str] | None = None) -> list[str]:
@@ -101,7 +96,17 @@ def _free_port() -> int:
 
 
 class Launch:
-    """One ``flor replay`` of a recorded run on this machine."""
+    """One ``flor replay`` of a recorded run: its plan, the workers' environment, the resumable
+    launch record, progress and the merged conclusion. Where the workers run is the executor's
+    business (:mod:`flor.launch.local`, :mod:`flor.launch.ray`), given to :meth:`execute`.
+
+    (needs a recorded run and a training script, so the example is not run as a doctest)
+
+    >>> launch = Launch(store, run, ["python", "train.py"], workers=2, gpus=[], epoch_range=None,
+    ...                 strong=False, threads=None, fresh=False, out=sys.stdout, err=sys.stderr)  # doctest: +SKIP
+    >>> launch.execute(LocalExecutor())  # doctest: +SKIP
+    0
+    """
 
     def __init__(self, store: ExperimentStore, run: str, command: list[str], *, workers: int | None,
                  gpus: list[str], epoch_range: tuple[int, int | None] | None, strong: bool,
@@ -109,11 +114,12 @@ class Launch:
         self.store, self.run, self.command = store, run, command
         self.meta = store.read_run(run)
         self.run_dir = store.run_path(run)
+        self.layout = store.layout(run)
         self.gpus, self.strong, self.threads = gpus, strong, threads
         self.epoch_range = epoch_range
         self.out, self.err = out, err
         self.script = _script_of(command)
-        n_epochs = int(self.meta.get("epochs_planned") or self.meta.get("epochs_done") or 0)
+        n_epochs = self.meta.epochs
         self.within = select(n_epochs, epoch_range) if epoch_range else None
         if self.within is not None and len(self.within) == 0:
             raise ConfigError(f"--epochs {epoch_range[0]}:{epoch_range[1] if epoch_range[1] is not None else ''} "
@@ -131,10 +137,8 @@ class Launch:
             threads=threads, gpus=gpus)
         self.replay_id, self.resumed = (str(earlier["replay"]), True) if earlier is not None else (new_replay_id(), False)
         self.states = [WorkerState(w, self.estimate.plans[w]) for w in range(self.workers)]
-        self._lock = threading.Lock()
-        self._bar_shown = False
-        self._last_progress = ""
-        self._last_print = 0.0
+        self._lock = threading.Lock()  # the output threads and the progress bar share the streams
+        self._bar: Any = None  # tqdm's bar while the workers run
         self.started = time.time()
 
     # -- the launch record and resuming ------------------------------------------------
@@ -148,7 +152,7 @@ class Launch:
         """The newest launch of this run, if it did not finish and ran the same command (the same
         script bytes, selection and options, and worker count when one is given); None otherwise."""
         records = []
-        for path in (self.run_dir / "logs").glob("launch-*.json"):
+        for path in self.layout.launch_records():
             try:
                 records.append(json.loads(path.read_text()))
             except (OSError, ValueError):
@@ -167,7 +171,7 @@ class Launch:
 
     def worker_done(self, w: int) -> bool:
         """A segment is done when its worker's summary exists and reports no failure."""
-        path = self.run_dir / "logs" / f"replay-{self.replay_id}-{w}.summary.json"
+        path = self.layout.replay_summary(self.replay_id, w)
         try:
             s = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -192,7 +196,7 @@ class Launch:
             } for s in self.states],
             "summary": summary,
         }
-        self.store.write_json(self.store.run_key(self.run, "logs", f"launch-{self.replay_id}.json"), rec, durable=False)
+        self.store.write_json(self.store.run_key(self.run, "logs", self.layout.launch_record(self.replay_id).name), rec, durable=False)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -212,37 +216,32 @@ class Launch:
         threads = str(self.estimate.threads)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = threads
         env["CUDA_VISIBLE_DEVICES"] = self.gpus[w % len(self.gpus)] if self.gpus else ""
-        if int(self.meta.get("world_size") or 1) > 1:  # a DDP recording: each worker a world of one
+        if int(self.meta.world_size or 1) > 1:  # a DDP recording: each worker a world of one
             env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
         return env
 
+    # -- output and progress ---------------------------------------------------------------
+
     def _emit(self, stream: TextIO, text: str) -> None:
+        """Write ``text`` above the progress bar (tqdm clears it and draws it again below)."""
         with self._lock:
-            if self._bar_shown:
-                self.err.write("\r\x1b[K")
-                self.err.flush()
-                self._bar_shown = False
+            if self._bar is not None:
+                self._bar.clear()
             stream.write(text)
             stream.flush()
+            if self._bar is not None:
+                self._bar.refresh()
 
     def _pump(self, state: WorkerState) -> None:
-        assert state.proc is not None and state.proc.stdout is not None
-        for line in state.proc.stdout:
+        """The one output thread of a worker, whatever runs it: prefix, print and keep its tail."""
+        assert state.handle is not None  # started
+        for line in state.handle.lines():
             state.tail.append(line.rstrip("\n"))
             self._emit(self.out, f"[w{state.index}] {line if line.endswith(chr(10)) else line + chr(10)}")
 
-    def start(self, state: WorkerState) -> None:
-        state.spawned = time.time()
-        state.proc = subprocess.Popen(self.command, env=self.env(state.index), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, bufsize=1, errors="replace")
-        threading.Thread(target=self._pump, args=(state,), daemon=True, name=f"flor-w{state.index}").start()
-
-    # -- progress ------------------------------------------------------------------------
-
-    def _progress(self) -> str:
-        total = sum(len(s.plan.segment) for s in self.states)
-        done = sum(len(s.plan.segment) if s.skipped else min(s.done_epochs, len(s.plan.segment)) for s in self.states)
+    def _eta(self) -> float | None:
+        """Seconds until the slowest running worker is done: its own pace so far, else the estimate."""
         now = time.time()
         etas = []
         for s in self.states:
@@ -254,26 +253,21 @@ class Launch:
                 etas.append(max(0.0, left * rate - (now - s.last_mark)))
             else:
                 etas.append(max(0.0, self.estimate.seconds[s.index] - (now - s.spawned)))
-        running = sum(1 for s in self.states if s.spawned and s.rc is None)
-        eta = f"ETA {clock(max(etas))}" if etas else "finishing"
-        width = 24
-        filled = int(width * done / total) if total else width
-        return (f"flor replay {self.replay_id}: [{'#' * filled}{'.' * (width - filled)}] {done}/{total} epochs, "
-                f"{running} of {self.workers} workers running, {eta}")
+        return max(etas) if etas else None
 
-    def show_progress(self, force: bool = False) -> None:
-        line = self._progress()
+    def show_progress(self) -> None:
+        """Move the bar to the epochs done (read from the workers' epoch marks) and the ETA."""
+        bar = self._bar
+        if bar is None or bar.disable:  # not a terminal: no bar, nothing to compute
+            return
+        done = sum(len(s.plan.segment) if s.skipped else min(s.done_epochs, len(s.plan.segment)) for s in self.states)
+        running = sum(1 for s in self.states if s.spawned and s.rc is None)
+        eta = self._eta()
         with self._lock:
-            if self.err.isatty():
-                self.err.write("\r\x1b[K" + line)
-                self.err.flush()
-                self._bar_shown = True
-            else:
-                key = line.split(" workers running")[0]
-                if key != self._last_progress and (force or time.time() - self._last_print >= 1.0):
-                    self.err.write(line + "\n")
-                    self.err.flush()
-                    self._last_progress, self._last_print = key, time.time()
+            bar.n = done
+            bar.set_postfix_str(f"{running}/{self.workers} workers running, "
+                                f"{'finishing' if eta is None else 'ETA ' + clock(eta)}", refresh=False)
+            bar.refresh()
 
     # -- the whole launch ----------------------------------------------------------------
 
@@ -301,41 +295,54 @@ class Launch:
         return pending
 
     def marks(self, s: WorkerState) -> Path:
-        return self.run_dir / f"replay-{self.replay_id}-{s.index}.marks.jsonl"
+        return self.layout.replay_marks(self.replay_id, s.index)
 
-    def run_all(self) -> int:
-        """Run the pending workers as processes of this machine; the exit status for the CLI."""
+    def execute(self, executor: Executor) -> int:
+        """Run the pending workers with ``executor``; the exit status for the CLI (see :meth:`conclude`)."""
+        executor.open()
         pending = self.prepare()
+        total = sum(len(s.plan.segment) for s in self.states)
+        self._bar = progress(total, f"replay {self.replay_id}", stream=self.err, unit="epoch",
+                             bar_format="{desc}: |{bar}| {n_fmt}/{total_fmt} epochs{postfix}")  # ETA: ours
+        pumps = []
         for s in pending:
-            self.start(s)
+            s.spawned = time.time()
+            s.handle = executor.start(s.index, self.command, self.env(s.index), threads=self.estimate.threads)
+            pumps.append(threading.Thread(target=self._pump, args=(s,), daemon=True, name=f"flor-w{s.index}"))
+            pumps[-1].start()
         try:
             while any(s.rc is None for s in pending):
                 time.sleep(0.25)
-                for s in pending:
-                    if s.rc is None and s.proc is not None:
-                        s.read_marks(self.marks(s))
-                        s.rc = s.proc.poll()
-                        s.exited = time.time() if s.rc is not None else None
+                self._poll(pending)
                 self.show_progress()
         except KeyboardInterrupt:
             for s in pending:
-                if s.proc is not None and s.proc.poll() is None:
-                    s.proc.terminate()
+                if s.handle is not None and s.rc is None:
+                    s.handle.stop()
             for s in pending:
-                if s.proc is not None:
-                    s.rc = s.proc.wait()
-                    s.exited = s.exited or time.time()
+                if s.handle is not None and s.rc is None:
+                    s.rc, s.exited = s.handle.wait(), time.time()
             self._emit(self.err, "\nflor: interrupted; run the same command again to replay only the missing segments\n")
-        time.sleep(0.1)  # let the output threads print the workers' last lines
+        for t in pumps:  # the workers' last lines; a grandchild holding the pipe open is not waited for
+            t.join(timeout=2.0)
         return self.conclude(pending)
+
+    def _poll(self, pending: list[WorkerState]) -> None:
+        for s in pending:
+            if s.rc is None and s.handle is not None:
+                s.read_marks(self.marks(s))
+                s.rc = s.handle.poll()
+                s.exited = time.time() if s.rc is not None else None
 
     def conclude(self, pending: list[WorkerState]) -> int:
         """Merge the workers' summaries, print and keep them; 0 done, 1 a worker failed, 3 diverged (strict)."""
         for s in pending:
             s.read_marks(self.marks(s))
-        self.show_progress(force=True)
-        if self._bar_shown:
-            self._emit(self.err, "\n")
+        self.show_progress()
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
         failed = [s for s in pending if not (s.rc in (0, 3) and self.worker_done(s.index))]
         summary = merged_summary(self.run_dir, self.replay_id, self.workers,
                                  failures={s.index: failure(s) for s in failed}, header=self._header())
@@ -358,17 +365,18 @@ class Launch:
                          f"the recorded thread count for bit-exact values (--threads trades that for speed)")
         if self.gpus and n > len(self.gpus):
             notes.append(f"{n} workers share {len(self.gpus)} GPU(s) round-robin")
-        if self.threads and self.threads != self.meta.get("torch_threads"):
-            notes.append(f"--threads {self.threads}: not the recorded {self.meta.get('torch_threads')}; "
+        if self.threads and self.threads != self.meta.torch_threads:
+            notes.append(f"--threads {self.threads}: not the recorded {self.meta.torch_threads}; "
                          "values may differ from the recording in the last bits")
         return notes
 
 
-def run_launch(store: ExperimentStore, run: str, command: list[str], *, workers: int | None, gpus: list[str],
-               epoch_range: tuple[int, int | None] | None, strong: bool, threads: int | None, fresh: bool,
-               ray: str | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Replay ``run`` with ``command`` over ``workers`` processes of this machine, or as Ray
-    tasks when ``ray`` is given (``""``: a local Ray, or ``RAY_ADDRESS``); the CLI's exit status."""
+def run_launch(store: ExperimentStore, run: str, command: list[str], *, executor: Executor, workers: int | None,
+               gpus: list[str], epoch_range: tuple[int, int | None] | None, strong: bool, threads: int | None,
+               fresh: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Replay ``run`` with ``command`` over ``workers`` workers that ``executor`` runs (the CLI
+    picks it: :class:`~flor.launch.local.LocalExecutor`, or :class:`~flor.launch.ray.RayExecutor`
+    for ``--ray``); the CLI's exit status."""
     if not command:
         raise ConfigError("give the training command after --, e.g. flor replay NAME -- python train.py --epochs 8")
     for i, word in enumerate(command):
@@ -383,8 +391,4 @@ def run_launch(store: ExperimentStore, run: str, command: list[str], *, workers:
                                   "leave --flor out of the command")
     launch = Launch(store, run, command, workers=workers, gpus=gpus, epoch_range=epoch_range, strong=strong,
                     threads=threads, fresh=fresh, out=out, err=err)
-    if ray is not None:
-        from .ray import run_ray
-
-        return run_ray(launch, ray or None, err=err)
-    return launch.run_all()
+    return launch.execute(executor)

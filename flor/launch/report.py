@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, TextIO
 
+from .._fmt import span
 from ..errors import FlorError
-from .._fmt import clock, span
 from ..placement import cores
-from .estimate import ReplayEstimate
 from ..store import ExperimentStore
+from ..store.layout import RunLayout
+from ..store.runmeta import RunMeta
 from ..verify import BlockEvent, Summary
+from .estimate import ReplayEstimate
 
 __all__ = ["merged_summary", "print_plan", "replay_report"]
 
@@ -27,12 +29,9 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
     placed by ``flor replay``, torchrun, Slurm or Ray alike: only the files are read.
     """
     found: dict[int, dict] = {}
-    for path in (run_dir / "logs").glob(f"replay-{replay_id}-*.summary.json"):
-        tail = path.name[len(f"replay-{replay_id}-"):-len(".summary.json")]
-        if not tail.isdigit():
-            continue
+    for _, worker, path in RunLayout(run_dir).replay_summaries(replay_id):
         try:
-            found[int(tail)] = json.loads(path.read_text())
+            found[worker] = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
     n = workers or max([int(s.get("ngpus") or 1) for s in found.values()] or [0])
@@ -73,10 +72,10 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
     return {**out, "replay": replay_id, "workers": n, "missing": sorted(failures), "text": "\n".join(body)}
 
 
-def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: dict, gpus: list[str], within: range | None,
+def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: RunMeta, gpus: list[str], within: range | None,
                out: TextIO) -> None:
     """``flor replay --plan``: the segments, initialization epochs and estimated times."""
-    n_epochs = int(meta.get("epochs_planned") or meta.get("epochs_done") or 0)
+    n_epochs = meta.epochs
     probed = "all" if est.probed is True else (", ".join(sorted(est.probed)) or "none")
     out.write(f"flor replay --plan: {name} run {run}: {n_epochs} epochs recorded"
               + (f", replaying {span(within)}" if within is not None else "") + f"; blocks probed: {probed}\n")
@@ -95,9 +94,9 @@ def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: dict, gpus: li
 
 def replay_report(store: ExperimentStore, run: str, replay_id: str | None) -> dict[str, Any]:
     """The merged summary of one replay of ``run`` (default: the newest), however it was placed."""
-    logs = store.run_path(run, "logs")
-    paths = sorted(logs.glob("replay-*.summary.json"), key=lambda p: p.stat().st_mtime)
-    ids = list(dict.fromkeys(p.name[len("replay-"):].rsplit("-", 1)[0] for p in paths))
+    layout = store.layout(run)
+    summaries = sorted(layout.replay_summaries(), key=lambda x: x[2].stat().st_mtime)
+    ids = list(dict.fromkeys(replay for replay, _, _ in summaries))
     if replay_id is None:
         if not ids:
             raise FlorError(f"run {run} of {store.name} has no replay yet; start one with `flor replay {store.name} -- "
@@ -106,7 +105,7 @@ def replay_report(store: ExperimentStore, run: str, replay_id: str | None) -> di
     elif replay_id not in ids:
         raise FlorError(f"run {run} has no replay {replay_id!r}; its replays: {', '.join(ids) or 'none'}")
     workers = None
-    record = logs / f"launch-{replay_id}.json"
+    record = layout.launch_record(replay_id)
     if record.is_file():
         try:
             workers = int(json.loads(record.read_text()).get("workers") or 0) or None

@@ -1,19 +1,19 @@
-"""A replay worker as the launcher sees it: its process, its progress read from the epoch
-marks it writes (``replay-<id>-<N>.marks.jsonl``, never the script's output), and the report
-of its failure."""
+"""A replay worker as the launcher sees it: its handle (a process or a Ray task), its progress
+read from the epoch marks it writes (``replay-<id>-<N>.marks.jsonl``, never the script's
+output), and the report of its failure."""
 
 from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..plan import ReplayPlan
 from .._fmt import span
+from ..plan import ReplayPlan
+from .executor import Worker
 
 __all__ = ["WorkerState", "failure"]
 
@@ -31,11 +31,11 @@ def signal_name(code: int) -> str:
 
 @dataclass
 class WorkerState:
-    """One worker process and what the launcher has read of its progress."""
+    """One worker, as its executor started it, and what the launcher has read of its progress."""
 
     index: int
     plan: ReplayPlan
-    proc: subprocess.Popen | None = None
+    handle: Worker | None = None  # set when the executor starts it
     tail: deque = field(default_factory=lambda: deque(maxlen=_TAIL))
     spawned: float = 0.0
     first_epoch: float | None = None

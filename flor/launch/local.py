@@ -1,0 +1,49 @@
+"""The ``local`` executor of ``flor replay``: each worker a subprocess of this machine.
+
+>>> import sys
+>>> w = LocalExecutor().start(0, [sys.executable, "-c", "print('hi')"], {}, threads=1)
+>>> list(w.lines()), w.wait()
+(['hi\\n'], 0)
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Iterator, Mapping, Sequence
+
+from .executor import Worker
+
+__all__ = ["LocalExecutor", "LocalWorker"]
+
+
+class LocalWorker:
+    """A worker process; its stderr joins its stdout so the lines keep their order."""
+
+    def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
+        self.proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1, errors="replace")
+
+    def lines(self) -> Iterator[str]:
+        assert self.proc.stdout is not None  # piped above
+        yield from self.proc.stdout
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+
+class LocalExecutor:
+    """Runs every worker as a process of this machine (placement is in the environment the
+    launcher gives: ``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``)."""
+
+    def open(self) -> None:
+        pass  # nothing to connect to
+
+    def start(self, index: int, command: Sequence[str], env: Mapping[str, str], *, threads: int) -> Worker:
+        return LocalWorker(command, env)
