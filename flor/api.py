@@ -117,5 +117,8 @@ def dataframe(*names: str, name: str | None = None, run: str | None = "all", hpa
     ``flor.analysis.dataframe``.
     """
     from .analysis import dataframe as _dataframe
+    from .settings import SETTINGS
 
-    return _dataframe(*names, name=name, run=run, hparams=hparams, definitions=definitions)
+    # the readers take no defaults from the process: this run's experiment and home are given here
+    return _dataframe(*names, name=name or SETTINGS.name, run=run, home=SETTINGS.home, hparams=hparams,
+                      definitions=definitions)

@@ -168,7 +168,7 @@ def arg(name: str, default: T, session: Any = None) -> T:
     wanted = _convert(name, text, default) if given else default
     value = wanted
     if session is not None and session.mode == "replay":
-        recorded = (session.meta.get("hyperparameters") or {})
+        recorded = (session.meta.hyperparameters)
         if name in recorded:
             value = recorded[name]
             if isinstance(default, tuple) and isinstance(value, list):

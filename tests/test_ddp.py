@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import Runner, values
-from flor.logs import read_run_logs
+from flor.store.runlogs import read_run_logs
 
 EPOCHS = 4
 OUTER = {"    # OUTER": '    flor.log("wnorm", float(sum(p.detach().double().norm() for p in net.parameters())))'}

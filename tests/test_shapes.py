@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 from conftest import Runner, values
 
@@ -53,17 +57,31 @@ def test_sparse_checkpoints_are_re_executed_never_skipped(runner: Runner):
 def test_a_crash_leaves_every_earlier_checkpoint_readable(runner: Runner):
     r = runner
     script = r.script("shapes.py")
-    proc = r.run(script, "--epochs", "6", "--crash-at", "3", "--flor", "crash", check=False)
-    assert proc.returncode == -9
-    run = next((r.home / "crash" / "runs").iterdir())
-    meta = json.loads((run / "run.json").read_text())
-    assert meta["status"] == "running" and meta["epochs_done"] == 3  # killed: no chance to say more
     from flor.state import restore
     from flor.store import ExperimentStore
 
     store = ExperimentStore(r.home, "crash")
+    expected = {("preprocess", None, 0)} | {(b, e, 0) for b in ("fit", "stats") for e in range(3)}
+    # the script stops in epoch 3 and waits; we kill it once epochs 0-2 are committed, so the
+    # kill can never land before the checkpoints this test then expects (it did, under load)
+    proc = subprocess.Popen([sys.executable, str(script), "--epochs", "6", "--crash-at", "3", "--flor", "crash"],
+                            cwd=r.cwd, env=r.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and "crash point" in proc.stdout.readline()
+        run = next((r.home / "crash" / "runs").iterdir())
+        deadline = time.monotonic() + 120
+        while not expected <= set(store.manifests(run.name)):
+            assert time.monotonic() < deadline, f"epochs 0-2 not committed: {sorted(store.manifests(run.name))}"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)  # mid-epoch 3: its checkpoint may be half written
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # no-op once it is dead; never leave it sleeping
+    assert proc.returncode == -9
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "running" and meta["epochs_done"] == 3  # killed: no chance to say more
     found = list(store.manifests(run.name))
-    assert {("preprocess", None, 0)} | {(b, e, 0) for b in ("fit", "stats") for e in range(3)} <= set(found)
+    assert expected <= set(found)
     for block, epoch, occ in found:  # every committed checkpoint reads back with verified blobs
         manifest = store.read_manifest(run.name, block, epoch, occ)
         restore([None] * manifest["count"], manifest["objects"], store.blobs.get)

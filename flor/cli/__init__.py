@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from .._version import __version__
 from ..errors import FlorError
 from ..settings import SETTINGS, validate_name
 from ..store import ExperimentStore
@@ -63,8 +64,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         size = 0
         for block, epoch, occ in manifests:
             size += int(store.read_manifest(run, block, epoch, occ).get("new_bytes", 0))
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(meta.get("started", 0)))
-        print(f"{run:<30} {meta.get('status', '?'):<11} {started:<19} {meta.get('epochs_done', 0):>6} "
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(meta.started or 0))
+        print(f"{run:<30} {meta.status:<11} {started:<19} {meta.epochs_done:>6} "
               f"{len(manifests):>5} {human_size(size):>10}")
     return 0
 
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="flor", description="Hindsight logging for PyTorch: list, read, plot, compare, spool and replay recorded runs.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"flor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("ls", help="list experiments, or the runs of one", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -10,14 +10,16 @@ from typing import Any
 
 from ..errors import FlorError
 from ..logs import FIELDS
+from ..settings import SETTINGS
 
 from .common import subcommand
 
 
 def _hparams(name: str, runs: list[str]) -> dict[str, dict]:
-    from ..analysis.frame import hyperparameters, open_experiment
+    from ..analysis.frame import hyperparameters
+    from ..store.experiment import open_experiment
 
-    store = open_experiment(name)
+    store = open_experiment(name, SETTINGS.home)
     return {r: hyperparameters(store, r) for r in runs}
 
 
@@ -73,20 +75,21 @@ def _emit(args: argparse.Namespace, rows: list[dict], fields: list[str]) -> None
 def cmd_logs(args: argparse.Namespace) -> int:
     from ..analysis import records
 
-    rows = _check_metrics(records(args.name, run=args.run), args.metric, f"names {args.name} logged")
+    rows = records(args.name, run=args.run, home=SETTINGS.home)
+    rows = _check_metrics(rows, args.metric, f"names {args.name} logged")
     _emit(args, rows, FIELDS)
     return 0
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from ..analysis.frame import open_experiment, select_runs
+    from ..store.experiment import open_experiment
     from ..analysis.metrics import analytics, extract, load_definitions
     from ..analysis.output import write_rows
 
     defs = load_definitions(args.definitions)
-    store = open_experiment(args.name)
+    store = open_experiment(args.name, SETTINGS.home)
     rows: list[dict] = []
-    for run in select_runs(store, args.run):
+    for run in store.select_runs(args.run):
         rows.extend(extract(store.run_path(run), run, defs))
     rows = _check_metrics(rows, args.metric, "metrics the definitions found in the printed output")
     if args.format == "analytics":
@@ -100,9 +103,9 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from ..analysis.show import render_report, run_report
 
-    rep = run_report(args.name, args.run)
+    rep = run_report(args.name, args.run, home=SETTINGS.home)
     if args.json:
-        print(json.dumps(rep, indent=1, default=str))
+        print(json.dumps({**rep, "meta": rep["meta"].to_json()}, indent=1, default=str))
     else:
         print(render_report(rep))
     return 0
@@ -112,9 +115,22 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ..analysis import plot_metrics
 
     paths = plot_metrics(args.name, args.metric, runs=args.runs, x=args.x, out=args.output,
-                         definitions=args.definitions, title=args.title)
+                         home=SETTINGS.home, definitions=args.definitions, title=args.title)
+    _spool_plot(paths[-1])
     print("\n".join(f"wrote {p}" for p in paths))
     return 0
+
+
+def _spool_plot(kept: Path) -> None:
+    """Upload a plot's copy in its run's ``plots/`` folder when a spool target is set, so it
+    travels with the spooled run (warns, never raises: the plot is written either way)."""
+    if not SETTINGS.spool:
+        return
+    from ..store import ExperimentStore
+    from ..store.sync import spool_files
+
+    name, *key = kept.relative_to(SETTINGS.home).parts  # home/<name>/runs/<run>/plots/<file>
+    spool_files(ExperimentStore(SETTINGS.home, name), SETTINGS.spool, ["/".join(key)])
 
 
 def _epoch_or_word(text: str) -> str | int:
@@ -132,7 +148,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.output import write_rows
 
     c = compare(args.name, by=args.by, metric=args.metric, at=args.at, goal=args.goal, runs=args.runs,
-                x=args.x, definitions=args.definitions, unfinished=args.unfinished)
+                x=args.x, home=SETTINGS.home, definitions=args.definitions, unfinished=args.unfinished)
     if args.format == "table":
         print(render(c))
     elif args.format == "json":
@@ -142,7 +158,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows = table_rows(c)
         write_rows(sys.stdout, list(rows[0]) if rows else ["rank", *c.by], rows, "csv")
     if args.plot is not None:
-        for p in plot_comparison(c, out=args.plot):
+        paths = plot_comparison(c, out=args.plot, home=SETTINGS.home)
+        _spool_plot(paths[-1])
+        for p in paths:
             print(f"wrote {p}", file=sys.stderr if args.format != "table" else sys.stdout)
     return 0
 

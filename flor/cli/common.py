@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..store.experiment import human_size
+from .._fmt import human_size
 
 __all__ = ["human_size", "subcommand"]
 

@@ -23,7 +23,7 @@ def _spool_url(given: str | None) -> str:
 
 
 def cmd_spool(args: argparse.Namespace) -> int:
-    from ..store.spool import Spooler
+    from ..store.sync import Spooler
 
     store = ExperimentStore(SETTINGS.home, validate_name(args.name))
     url = _spool_url(args.url)
@@ -45,16 +45,19 @@ def cmd_spool(args: argparse.Namespace) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from ..store.remote import RemoteBlobs, open_spool, pick_run, pull_run, spooled_runs
+    from .._fmt import progress
+    from ..store.experiment import pick_run
+    from ..store.sync import RemoteBlobs, open_spool, pull_run, spooled_runs
 
     store = ExperimentStore(SETTINGS.home, validate_name(args.name))
     url = _spool_url(args.spool)
     remote = open_spool(url, args.workers)
     runs = spooled_runs(remote, args.name)
     chosen = runs if args.run == "all" and runs else [pick_run(args.run, runs, args.name, f"in {url}")]
-    fetcher = RemoteBlobs(store, remote, workers=args.workers)
+    fetcher = RemoteBlobs(store, remote, workers=args.workers, progress=progress)
     for run in chosen:
-        files = pull_run(store, remote, run, blobs=not args.metadata_only, fetcher=fetcher, workers=args.workers)
+        files = pull_run(store, remote, run, blobs=not args.metadata_only, fetcher=fetcher, workers=args.workers,
+                         progress=progress)
         print(f"flor: pulled run {run} of {args.name} into {store.root}: {files} files")
     fetcher.close()
     print(f"flor: {fetcher.fetched} blobs fetched ({human_size(fetcher.fetched_bytes)}), "

@@ -25,18 +25,18 @@ in their collectives, so it is refused (``check_replay_world``).
 from __future__ import annotations
 
 import os
-import time
-import uuid
 from datetime import timedelta
 from typing import Any, Iterator, Mapping
 
 from ..errors import ReplayError, warn
 from ..placement import distributed as _dist
 from ..placement import group_size as _group_size
-from ..placement import record_rank
+from ..placement import new_replay_id, record_rank
 from ..logs import LogWriter
 from .session import Session, as_result
 from ..settings import Settings
+from ..store.layout import RunLayout
+from ..store.runmeta import RunMeta
 
 __all__ = ["RankLink", "RankSession", "check_replay_world", "fingerprint", "record_rank", "shared_replay_id"]
 
@@ -84,11 +84,11 @@ def shared_replay_id(settings: Settings) -> str | None:
     environment: worker 0 makes it, the others get it through torchrun's store."""
     if settings.placed_by != "torchrun" or settings.ngpus < 2 or settings.replay_id is not None:
         return None
-    mine = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + uuid.uuid4().hex[:4] if settings.pid == 0 else None
+    mine = new_replay_id() if settings.pid == 0 else None
     return _agree(f"{settings.name}/replay", mine, settings.pid)
 
 
-def check_replay_world(ngpus: int, meta: dict, plan: Any, restorable: set[int]) -> list[str]:
+def check_replay_world(ngpus: int, meta: RunMeta, plan: Any, restorable: set[int]) -> list[str]:
     """Refuse to replay inside a process group whose ranks replay different epochs; return
     notes for a distributed recording whose replay re-executes epochs without checkpoints."""
     group = _group_size()
@@ -99,7 +99,7 @@ def check_replay_world(ngpus: int, meta: dict, plan: Any, restorable: set[int]) 
             "epochs: replay with `flor replay NAME -- python SCRIPT` (each worker a world of one), or start "
             "each worker with RANK=0 WORLD_SIZE=1 and FLOR_REPLAY=PID/N"
         )
-    world = int(meta.get("world_size") or 1)
+    world = meta.world_size
     missing = [e for e in range(plan.first, plan.stop) if e not in restorable]
     if world > 1 and missing:
         return [f"the run was recorded by {world} ranks (DDP) and epochs {missing[:10]} have no checkpoint: "
@@ -162,7 +162,7 @@ class RankLink:
         """Rank 0 passes its new run id; every rank gets it back (None: no channel to rank 0)."""
         return _agree(f"{self.name}/run", run, self.rank)
 
-    def check(self, block: str, epoch: int | None, objs: Any, meta: dict | None = None) -> list[int]:
+    def check(self, block: str, epoch: int | None, objs: Any, meta: RunMeta | None = None) -> list[int]:
         """All-gather every rank's fingerprint of ``objs``; the ranks that differ from rank 0.
 
         Every rank calls it at the end of every block (the same points of the same script),
@@ -179,7 +179,7 @@ class RankLink:
         if differ and meta is not None:
             args = sorted({i for fp in prints[1:] for i, (a, b) in enumerate(zip(prints[0], fp)) if a != b})
             what = ", ".join(f"{i} ({type(objs[i]).__name__})" for i in args if i < len(objs))
-            found = meta.setdefault("rank_mismatches", [])
+            found = meta.rank_mismatches
             if len(found) < 100:
                 found.append({"block": block, "epoch": epoch, "ranks": differ, "arguments": args})
             if block not in self._warned:
@@ -207,8 +207,9 @@ class RankSession(Session):
                  "launch with torchrun, or call torch.distributed.init_process_group before the first flor call")
         else:
             self.run_dir = self.store.run_path(self.run)
-            self.logs = LogWriter(self.run_dir / "logs" / f"record-rank{rank}.jsonl")
-            self.tee_output(self.run_dir / f"stdout-rank{rank}.log")
+            layout = RunLayout(self.run_dir)
+            self.logs = LogWriter(layout.rank_log(rank))
+            self.tee_output(layout.rank_stdout(rank))
         self._install_hooks()
 
     def iterate(self, iterable: Any) -> Iterator[Any]:

@@ -20,6 +20,8 @@ from ..runinfo import busy_cores, git_info, process_started, redact_argv, script
 from .session import Session, as_result, copy_source, new_run_id
 from ..settings import Settings
 from ..store import BackgroundWriter
+from ..store.layout import RunLayout
+from ..store.runmeta import RunMeta
 from ..store.experiment import dumps
 
 __all__ = ["RecordSession"]
@@ -35,33 +37,32 @@ class RecordSession(Session):
         self.run = new_run_id()
         self.run_dir = self.store.run_path(self.run)
         self.run_dir.mkdir(parents=True)
+        self.layout = RunLayout(self.run_dir)
         script = script_info(sys.argv[0] if sys.argv else "")
         git, diff = git_info(script["script"], exclude=[settings.home])
-        self.meta: dict[str, Any] = {
-            "format": 1, "name": settings.name, "run": self.run, "status": "running", "pid": os.getpid(),
-            "argv": redact_argv(list(sys.argv)), "cwd": os.getcwd(), **script, "git": git,
-            "versions": versions(), "torch_threads": torch.get_num_threads(),
-            "started": self.started, "ended": None,
-            "epochs_planned": None, "epochs_done": 0, "epoch_blocks": {}, "outside_blocks": [],
-            "checkpoint_failures": [], "timings": {"epoch_s": [], "blocks": {}},
-            "hyperparameters": hparams.captured(), "metrics": {},
-        }
+        self.meta = RunMeta(
+            name=settings.name or "", run=self.run, pid=os.getpid(), argv=redact_argv(list(sys.argv)),
+            cwd=os.getcwd(), script=script["script"], script_sha256=script["script_sha256"], git=git,
+            versions=versions(), torch_threads=torch.get_num_threads(), started=self.started,
+            hyperparameters=hparams.captured(),
+        )
         self.write_meta()
         hparams.subscribe(self._hyperparameters)
-        copy_source(script["script"], self.run_dir / "source")
+        copy_source(script["script"], self.layout.source)
         if diff:
-            (self.run_dir / "source" / "diff.patch").write_text(diff)
+            self.layout.diff_patch.write_text(diff)
         self.writer = BackgroundWriter()
         self.spool = None
         if settings.spool:  # uploads run on their own thread: training never waits on the network
-            from ..store.spool import BackgroundSpool
+            from ..store.sync import BackgroundSpool
 
-            self.meta["spool"] = settings.spool
-            self.spool = BackgroundSpool(self.store, self.run, settings.spool, budget=settings.spool_budget)
+            self.meta.spool = settings.spool
+            self.spool = BackgroundSpool(self.store, self.run, settings.spool, budget=settings.spool_budget,
+                                         say=lambda text: print(f"flor: {text}", file=sys.stderr))
         # TensorBoard events and the best/final summary follow the logs on the writer thread
-        self.events = RecordEvents(self.run_dir, lambda: int(self.meta["epochs_done"]))
+        self.events = RecordEvents(self.layout.tb_record, lambda: self.meta.epochs_done)
         self.tracker = MetricTracker()
-        self.logs = LogWriter(self.run_dir / "logs" / "record.jsonl", sink=self._follow_logs)
+        self.logs = LogWriter(self.layout.record_log, sink=self._follow_logs)
         self.epoch_started = 0.0
         self.loop_started: float | None = None
         self.policy = CheckpointPolicy(overhead=settings.overhead, every=settings.every)
@@ -69,21 +70,21 @@ class RecordSession(Session):
         self.background_cpu_s = 0.0
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
-        self.meta["process_started"] = process_started()  # flor replay --plan: the script's startup ...
-        self.meta["busy_cores"] = busy_cores()  # ... and how busy the CPUs were with other work
+        self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
+        self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
         self.ranks = RankLink.for_record(settings.name or "")  # DDP: the other ranks log beside this run
         if self.ranks is not None:
-            self.meta["world_size"] = self.ranks.world
+            self.meta.world_size = self.ranks.world
             self.ranks.agree_run(self.run)
-        self.tee_output(self.run_dir / "stdout.log")
+        self.tee_output(self.layout.stdout)
         self._install_hooks()
 
     def write_meta(self, *, durable: bool = False) -> None:
-        self.store.write_json(self.store.run_key(self.run, "run.json"), self.meta, durable=durable)
+        self.store.write_json(self.store.run_key(self.run, "run.json"), self.meta.to_json(), durable=durable)
 
     def _hyperparameters(self, values: dict[str, Any]) -> None:
         """argparse or flor.arg gave more hyperparameters after the run started."""
-        self.meta["hyperparameters"] = values
+        self.meta.hyperparameters = values
         if not self._closed:
             self.write_meta()
 
@@ -99,7 +100,7 @@ class RecordSession(Session):
     def iterate(self, iterable: Any) -> Iterator[Any]:
         self.begin_loop()
         try:
-            self.meta["epochs_planned"] = len(iterable)
+            self.meta.epochs_planned = len(iterable)
         except TypeError:
             pass  # a generator: the count is known at the end
         self.loop_started = time.perf_counter()
@@ -115,11 +116,11 @@ class RecordSession(Session):
             self.end_loop()
 
     def end_epoch(self, epoch: int) -> None:
-        self.meta["epochs_done"] = epoch + 1
-        self.meta["epoch_blocks"][str(epoch)] = self.epoch_blocks
-        self.meta["timings"]["epoch_s"].append(round(time.perf_counter() - self.epoch_started, 6))
+        self.meta.epochs_done = epoch + 1
+        self.meta.epoch_blocks[str(epoch)] = self.epoch_blocks
+        self.meta.timings["epoch_s"].append(round(time.perf_counter() - self.epoch_started, 6))
         self.logs.flush()
-        self.meta["checkpoint_policy"] = self.policy.describe()
+        self.meta.checkpoint_policy = self.policy.describe()
         self.write_meta()
         if self.spool is not None:
             self.spool.sync()
@@ -139,10 +140,10 @@ class RecordSession(Session):
         name, epoch, occ = self.close_block()
         elapsed = time.perf_counter() - self.block_started
         if epoch is None:
-            self.meta["outside_blocks"].append([name, occ])
+            self.meta.outside_blocks.append([name, occ])
         else:
             self.epoch_blocks.append([name, occ])
-        self.meta["timings"]["blocks"].setdefault(name, []).append(round(elapsed, 6))
+        self.meta.timings["blocks"].setdefault(name, []).append(round(elapsed, 6))
         if self.ranks is not None:  # every rank fingerprints the same blocks; rank 0 notes who differs
             self.ranks.check(name, epoch, objs, self.meta)
         training_s = time.perf_counter() - (self.loop_started or self.block_started)
@@ -202,10 +203,10 @@ class RecordSession(Session):
         self.writer.submit(job, nbytes, lambda exc: self._failed(name, epoch, exc))
         stall = time.perf_counter() - t0  # the snapshot, plus any wait for the memory budget
         self.policy.observe(name, epoch, stall=stall)
-        self.meta["timings"].setdefault("stall_s", []).append(round(stall, 6))
+        self.meta.timings.setdefault("stall_s", []).append(round(stall, 6))
 
     def _failed(self, name: str, epoch: int | None, exc: BaseException) -> None:
-        self.meta["checkpoint_failures"].append({"block": name, "epoch": epoch, "error": repr(exc)})
+        self.meta.checkpoint_failures.append({"block": name, "epoch": epoch, "error": repr(exc)})
         warn(f"checkpoint of block {name!r} at epoch {epoch} failed ({exc}); training goes on "
              "and a replay will re-execute that epoch")
 
@@ -225,19 +226,19 @@ class RecordSession(Session):
             self.events.close()
         except Exception:  # noqa: BLE001 - report, then still write the final status
             traceback.print_exc()
-        self.meta["metrics"] = self.tracker.summary()
-        self.meta["checkpoint_policy"] = self.policy.describe()
-        self.meta["background"] = {"cpu_s": round(self.background_cpu_s, 6), "bytes_written": self.bytes_written}
+        self.meta.metrics = self.tracker.summary()
+        self.meta.checkpoint_policy = self.policy.describe()
+        self.meta.background = {"cpu_s": round(self.background_cpu_s, 6), "bytes_written": self.bytes_written}
         if self.policy.skipped:
             done = len(self.policy.checkpointed)
             print(f"flor: checkpointed {done} of {done + len(self.policy.skipped)} epochs to keep the training "
                   f"thread's checkpoint stall within {self.policy.overhead:.1%} of training time "
                   f"(--flor_overhead); replay re-executes the others from the nearest checkpoint", file=sys.stderr)
-        self.meta["status"] = "finished" if self.exit_error is None else (
+        self.meta.status = "finished" if self.exit_error is None else (
             "interrupted" if self.exit_error == "interrupted" else "crashed")
         if self.exit_error not in (None, "interrupted"):
-            self.meta["error"] = self.exit_error
-        self.meta["ended"] = time.time()
+            self.meta.error = self.exit_error
+        self.meta.ended = time.time()
         try:
             self.write_meta(durable=True)
         finally:

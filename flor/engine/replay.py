@@ -2,33 +2,32 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import CheckpointError, FlorError, ReplayError, StateError
-from ..logs import LogWriter, read_run_logs, retire_worker_files
+from ..logs import LogWriter, record_key, same_value
+from ..store.layout import RunLayout
+from ..store.runlogs import read_run_logs, retire_worker_files
 from ..logs.tensorboard import write_replay_events
 from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
 from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
-from .session import Session, as_result, pid_alive
+from .session import Session, as_result
+from ..placement import new_replay_id, pid_alive
 from ..settings import Settings
 from ..verify import (
     CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent, Summary, compare_logs,
     non_logging_changes,
 )
 
-__all__ = ["ReplaySession", "new_replay_id"]
-
-
-def new_replay_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + uuid.uuid4().hex[:4]
+__all__ = ["ReplaySession"]
 
 
 class ReplaySession(Session):
@@ -38,16 +37,21 @@ class ReplaySession(Session):
         import torch
 
         super().__init__(settings)
-        if settings.spool:  # pull the run from the S3 spool when it is not local; blobs come on demand
-            from ..store.remote import attach_spool
+        from .._fmt import progress
+        from ..store import ExperimentStore
+        from ..store.sync import LazyRemote, attach_spool
 
-            attach_spool(self.store, settings.spool, settings.run)
+        remote: Any = None
+        if settings.spool:  # pull the run from the S3 spool when it is not local; blobs come on demand
+            remote = attach_spool(self.store, settings.spool, settings.run, progress=progress)
         self.run = self.store.resolve_run(settings.run)
         self.meta = self.store.read_run(self.run)
-        if self.store.blobs.remote is None and self.meta.get("spool"):  # evicted blobs come back from it
-            from ..store.remote import LazyRemote
-
-            self.store.blobs.remote = LazyRemote(self.store, self.meta["spool"])
+        if remote is None and self.meta.spool:  # evicted blobs come back from it
+            remote = LazyRemote(self.store, self.meta.spool, progress=progress,
+                                say=lambda text: print(f"flor: {text}", file=sys.stderr))
+        if remote is not None:  # a store whose blobs fall back on the spool; what came from it is said at exit
+            self.store = ExperimentStore(settings.home, settings.name, remote=remote)
+            atexit.register(lambda: remote.summary() and print(f"flor: {remote.summary()}", file=sys.stderr))
         self.run_dir = self.store.run_path(self.run)
         self.replay_id = settings.replay_id or shared_replay_id(settings) or new_replay_id()
         self.pid, self.ngpus = settings.pid, settings.ngpus
@@ -63,21 +67,21 @@ class ReplaySession(Session):
         self._rng_noted = False
         self._reader: Any = None
         self.code_changed = False
-        stem = f"replay-{self.replay_id}-{self.pid}"
+        self.layout = RunLayout(self.run_dir)
         earlier = retire_worker_files(self.run_dir, self.replay_id, self.pid)  # a rerun starts clean
-        self.logs = LogWriter(self.run_dir / "logs" / f"{stem}.jsonl")
-        self.summary_path = self.run_dir / "logs" / f"{stem}.summary.json"
-        self.tee_output(self.run_dir / f"{stem}.log")
+        self.logs = LogWriter(self.layout.replay_log(self.replay_id, self.pid))
+        self.summary_path = self.layout.replay_summary(self.replay_id, self.pid)
+        self.tee_output(self.layout.replay_output(self.replay_id, self.pid))
 
-        status = self.meta.get("status")
-        if status == "running" and pid_alive(int(self.meta.get("pid") or 0)):
+        status = self.meta.status
+        if status == "running" and pid_alive(int(self.meta.pid or 0)):
             self.note("the recording is still running; replaying the checkpoints it has so far")
         elif status == "running":
             self.note("the recording did not finish (its process is gone: killed or crashed); "
                       "epochs without checkpoints are re-executed")
         elif status != "finished":
             self.note(f"the recording ended as {status!r}; epochs without checkpoints are re-executed")
-        recorded_threads = self.meta.get("torch_threads")
+        recorded_threads = self.meta.torch_threads
         if earlier is not None:
             self.note(f"worker {self.pid} of replay {self.replay_id} ran before; its earlier output is in {earlier}")
         if settings.threads is not None:  # asked for: faster with many workers on one machine, not bit-exact
@@ -98,7 +102,7 @@ class ReplaySession(Session):
         print(f"flor: {text}", file=sys.stderr)
 
     def _compare_script(self) -> None:
-        recorded_path = self.meta.get("script")
+        recorded_path = self.meta.script
         current = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
         if recorded_path and current is not None and current.is_file():
             copy = self.run_dir / "source" / Path(recorded_path).name
@@ -108,7 +112,7 @@ class ReplaySession(Session):
                     self.code_changed = True
                     self.note("the script changed by more than logging since the recording "
                               f"(compare with {copy}); replayed values may differ from the recording")
-        rec_args = list(self.meta.get("argv") or [])[1:]
+        rec_args = list(self.meta.argv)[1:]
         now_args = redact_argv(list(sys.argv))[1:]
         if rec_args != now_args:
             self.note(f"the script's arguments differ from the recording: recorded {rec_args}, now {now_args}")
@@ -116,7 +120,7 @@ class ReplaySession(Session):
     # -- the loop ----------------------------------------------------------------------
 
     def restorable(self, epoch: int) -> bool:
-        blocks = self.meta.get("epoch_blocks", {}).get(str(epoch))
+        blocks = self.meta.epoch_blocks.get(str(epoch))
         return bool(blocks) and all((name, epoch, occ) in self.available for name, occ in blocks)
 
     def iterate(self, iterable: Any) -> Iterator[Any]:
@@ -125,14 +129,14 @@ class ReplaySession(Session):
             length: int | None = len(iterable)
         except TypeError:
             length = None
-        planned = self.meta.get("epochs_planned")
+        planned = self.meta.epochs_planned
         if length is not None and planned is not None and length != planned:
             raise ReplayError(
                 f"the epoch loop now has {length} epochs but the recording {self.run} had {planned}: "
                 "replay with the recorded arguments, or record again"
             )
-        epochs = length if length is not None else int(planned or self.meta.get("epochs_done") or 0)
-        if length is None and planned is None and self.meta.get("status") != "finished":
+        epochs = length if length is not None else int(planned or self.meta.epochs_done or 0)
+        if length is None and planned is None and self.meta.status != "finished":
             self.note(f"the loop has no len() and the recording ended after {epochs} epochs; replaying those")
         restorable = {e for e in range(epochs) if self.restorable(e)}
         within = select(epochs, self.settings.epoch_range) if self.settings.epoch_range else None
@@ -144,7 +148,7 @@ class ReplaySession(Session):
             self.note(text)
         self.plan = plan
         if self.store.blobs.remote is not None:  # fetch the coming epochs' blobs from S3 ahead of need
-            from ..store.remote import prefetch_plan
+            from ..store.sync import prefetch_plan
 
             prefetch_plan(self.store, self.run, self.meta, range(plan.first, plan.stop), self.available)
         self.anchored = plan.first == 0
@@ -176,10 +180,10 @@ class ReplaySession(Session):
 
     def _check_recorded(self, name: str, epoch: int | None, occ: int) -> None:
         if epoch is None:
-            recorded = self.meta.get("outside_blocks", [])
-            finished = self.meta.get("status") == "finished"
+            recorded = self.meta.outside_blocks
+            finished = self.meta.status == "finished"
         else:
-            recorded = self.meta.get("epoch_blocks", {}).get(str(epoch))
+            recorded = self.meta.epoch_blocks.get(str(epoch))
             finished = recorded is not None
         if finished and [name, occ] not in recorded:
             where = "outside the loop" if epoch is None else f"at epoch {epoch}"
@@ -352,14 +356,14 @@ class ReplaySession(Session):
         mine = [r for r in records if r["source"] == "replay" and r["replay"] == self.replay_id
                 and r["worker"] == self.pid]
         try:
-            write_replay_events(self.run_dir, self.replay_id, self.pid, mine, recorded,
-                                int(self.meta.get("epochs_done") or 0))
+            write_replay_events(self.layout.tb_replay(self.replay_id), self.pid, mine, recorded,
+                                int(self.meta.epochs_done or 0))
         except OSError as exc:
             print(f"flor: could not write TensorBoard events: {exc}", file=sys.stderr)
         s = self.summary
         if not s.header:
             s.header = f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker {self.pid}/{self.ngpus}"
-        s.shared_logs, s.log_mismatches, s.hindsight = compare_logs(recorded, mine)
+        s.shared_logs, s.log_mismatches, s.hindsight = compare_logs(recorded, mine, key=record_key, same=same_value)
         if s.log_mismatches:
             if any(e.action == "diverged" for e in s.events):
                 s.log_cause = "it follows from the diverged blocks above"
@@ -384,9 +388,9 @@ class ReplaySession(Session):
             print(f"flor: could not write {self.summary_path}: {exc}", file=sys.stderr)
         self.untee_output()
         if self.settings.spool and self.store.blobs.remote is not None:  # this worker's logs join the spooled run
-            from ..store.spool import spool_files
+            from ..store.sync import spool_files
 
-            outputs = [self.logs.path, self.summary_path, self.run_dir / f"replay-{self.replay_id}-{self.pid}.log"]
+            outputs = [self.logs.path, self.summary_path, self.layout.replay_output(self.replay_id, self.pid)]
             keys = [p.relative_to(self.store.root).as_posix() for p in outputs]
             spool_files(self.store, self.settings.spool, keys)
         if self.settings.strict and s.diverged and self.exit_error is None:

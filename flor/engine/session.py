@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import shutil
 import sys
 import time
@@ -22,7 +21,7 @@ from ..logs import NOT_SCALAR, to_scalar
 from ..settings import Settings
 from ..store import ExperimentStore
 
-__all__ = ["Session", "as_result", "copy_source", "marks_path", "new_run_id", "pid_alive"]
+__all__ = ["Session", "as_result", "copy_source", "marks_path", "new_run_id"]
 
 def new_run_id() -> str:
     """Sortable by start time, unique across machines: ``20261130T050012.123456-1a2b3c``."""
@@ -203,14 +202,6 @@ def copy_source(script: str | None, dest: Path) -> None:
     if script and Path(script).is_file():
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(script, dest / Path(script).name)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
 
 
 def as_result(objs: tuple) -> Any:

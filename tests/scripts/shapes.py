@@ -1,7 +1,7 @@
 """Less common shapes of a script: a SkipBlock outside the loop (memoized preprocessing), a
 generator as the epoch iterable, a single object passed to end(), two blocks per epoch, and
-values logged before and after the loop. ``--crash-at N`` kills the process (SIGKILL) in
-the middle of epoch N, to test what a crash leaves."""
+values logged before and after the loop. ``--crash-at N`` stops in the middle of epoch N,
+prints ``crash point`` and waits there to be killed (SIGKILL), to test what a crash leaves."""
 
 import argparse
 import os
@@ -44,7 +44,10 @@ for epoch in flor.it(epochs(args.epochs)):
             stats["seen"] += 16
     w = flor.SkipBlock.end(w)
     if epoch == args.crash_at:
-        time.sleep(1.5)  # epochs take time in real training: let the background writer catch up
+        # the test kills us once the earlier checkpoints are committed (a fixed sleep raced the
+        # background writer under load); if nobody does, crash anyway
+        print("crash point", flush=True)
+        time.sleep(120)
         os.kill(os.getpid(), signal.SIGKILL)
     if flor.SkipBlock.step_into("stats"):
         stats["norm"] = float(w.norm())
