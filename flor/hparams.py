@@ -7,7 +7,8 @@ namespace of every top-level parse of the command line is kept. The recording wr
 show``, ``flor logs`` and ``flor compare --by`` read it from there. Calls that parse an
 explicit list (``parser.parse_args(["--x", "1"])``) are not the command line and are not
 captured. Values whose flag names look secret (key, token, password...) are stored as
-``***``.
+``***``, and secret-shaped strings (``sk-...``, ``ghp_...``, a URL's password) are hidden
+(``flor.runinfo.redact_value``); a replay uses today's value where the recorded one was hidden.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .errors import ConfigError
-from .runinfo import _SECRET_RE
+from .runinfo import REDACTED, redact_value
 
 __all__ = ["arg", "captured", "install_argparse_capture", "jsonable", "subscribe"]
 
@@ -49,7 +50,8 @@ def jsonable(value: Any) -> Any:
 
 
 def _redacted(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: ("***" if _SECRET_RE.search(k) and v not in (None, "") else jsonable(v)) for k, v in values.items()}
+    """Secret names' values as ``***``, secret-shaped strings hidden (``flor.runinfo.redact_value``)."""
+    return {k: redact_value(k, jsonable(v)) for k, v in values.items()}
 
 
 def captured() -> dict[str, Any]:
@@ -169,15 +171,15 @@ def arg(name: str, default: T, session: Any = None) -> T:
     value = wanted
     if session is not None and session.mode == "replay":
         recorded = (session.meta.hyperparameters)
-        if name in recorded:
+        if name in recorded and recorded[name] != REDACTED:  # a secret was not kept: use today's
             value = recorded[name]
             if isinstance(default, tuple) and isinstance(value, list):
                 value = tuple(value)
             if given and jsonable(wanted) != recorded[name]:
-                session.note(f"flor.arg({name!r}): the command line asks for {wanted!r}, the recording "
-                             f"used {value!r}; replaying with the recorded value (record again to change it)")
-        else:
-            session.note(f"flor.arg({name!r}) is not in the recording; using {wanted!r}")
+                session.note(f"flor.arg({name!r}): the command line asks for {redact_value(name, wanted)!r}, the "
+                             f"recording used {value!r}; replaying with the recorded value (record again to change it)")
+        elif name not in recorded:
+            session.note(f"flor.arg({name!r}) is not in the recording; using {redact_value(name, wanted)!r}")
     _ARGS[name] = value
     if session is not None and session.mode == "record":
         _capture({name: value})

@@ -1,9 +1,14 @@
 """Capture and restore the state of the objects given to ``SkipBlock.end`` and of the RNGs.
 
 State is encoded as a JSON tree whose tensor leaves point at raw-byte blobs by hash, so
-modules, optimizers, schedulers, grad scalers and RNG states never go through pickle. Only
-leaves that are neither tensors nor JSON-able fall back to cloudpickle (``{"t": "pickle"}``);
-loading those is the one place in flor that can run code.
+modules, optimizers, schedulers, grad scalers and RNG states never go through pickle, nor do
+the common plain leaves (``flor.leaves``: complex, pathlib paths, dates and times, decimals,
+UUIDs, enums; here: bytes, sets, namedtuples, dataclasses, torch and numpy dtypes, devices,
+numpy generators). Only what remains falls back to cloudpickle (``{"t": "pickle"}``), with a
+warning once per type; a replay loads such a leaf only when ``PickleTrust`` allows it (a
+manifest signed with the user's key, or ``--flor_trust_pickles``), since loading a pickle
+can run code. Everything read back is checked: a damaged tree is a ``StateError`` or
+``CheckpointError``, never an internal exception.
 
 Node forms (plain JSON values stand for themselves: None, bool, int, float, str)::
 
@@ -15,8 +20,15 @@ Node forms (plain JSON values stand for themselves: None, bool, int, float, str)
     {"t": "stateful", "cls": str, "v": node}       state_dict()/load_state_dict()
     {"t": "generator", "device": str, "v": node}   torch.Generator
     {"t": "pyrandom"|"nprandomstate"|"npgenerator", "v": node}
+    {"t": "npbitgen", "cls": "PCG64"|..., "v": node}
     {"t": "object", "cls": str, "v": node}         restored attribute by attribute, in place
-    {"t": "pickle", "h": hash, "cls": str}
+    {"t": "dataclass", "cls": str, "v": node}      in place, or a new one when frozen
+    {"t": "namedtuple", "cls": str, "k": [str], "v": [node...]}
+    {"t": "set"|"frozenset", "v": [node...]}       members in a fixed order
+    {"t": "bytes"|"bytearray", "h": hash}
+    {"t": "torchdtype"|"torchdevice"|"npdtype", "v": str}
+    {"t": "pickle", "h": hash, "cls": str, "sha256": hex}
+    flor.leaves' plain leaves: complex, path, datetime, date, time, timedelta, decimal, uuid, enum
 
 Capture is split in two so the training thread pays only for copies: ``snapshot`` builds the
 tree and copies every tensor (``Pending``); ``Pending.materialize`` hashes and stores them,
@@ -25,6 +37,9 @@ normally on the background writer.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import random
 import threading
 from collections import OrderedDict
@@ -34,13 +49,16 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .errors import StateError
+from .errors import CheckpointError, FlorError, StateError, warn
+from .leaves import LEAF_KINDS, decode_leaf, encode_leaf, find_class, sort_key
 from .logs import same_value
 from .store.hashing import hash_bytes
+from .store.manifest import NP_BITGENS, NP_KINDS, TORCH_DTYPES
 
 __all__ = [
     "BufferPool",
     "Pending",
+    "PickleTrust",
     "capture_rng",
     "diff_nodes",
     "restore",
@@ -50,11 +68,38 @@ __all__ = [
 ]
 
 _PRIMITIVES = (type(None), bool, int, float, str)
+_PICKLED_TYPES: set[str] = set()  # warned about once each
 
 
 def _qualname(obj: Any) -> str:
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@dataclass(frozen=True)
+class PickleTrust:
+    """Whether a replay may load pickled leaves (a pickle can run code), and if not, why not.
+
+    ``allowed``: the manifest is signed with the user's key, or the user passed
+    ``--flor_trust_pickles``. ``why`` and ``key_file`` make the refusal say how to allow it.
+    """
+
+    allowed: bool = False
+    why: str = "nothing allowed it"
+    key_file: str = "~/.config/flor/key"
+
+    def check(self, path: str, cls: str) -> None:
+        if self.allowed:
+            return
+        raise StateError(
+            f"{path or 'a leaf'} is a pickled {cls} in this checkpoint, and flor loads pickles from a store only "
+            f"when told to (loading one can run any code); not loaded because {self.why}. If you trust whoever "
+            "can write to this store, replay with --flor_trust_pickles (or FLOR_TRUST_PICKLES=1); or put the "
+            f"recording machine's key in {self.key_file}, so its signature verifies here"
+        )
+
+
+REFUSE_PICKLES = PickleTrust()
 
 
 def _tensor_bytes(t: torch.Tensor) -> memoryview:
@@ -128,6 +173,8 @@ class Pending:
                     put(data, node["h"])
             for node, data in self.raw:
                 node["h"] = hash_bytes(data)
+                if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
+                    node["sha256"] = hashlib.sha256(data).hexdigest()
                 if put is not None:
                     put(data, node["h"])
         finally:
@@ -205,13 +252,38 @@ class _Encoder:
                 f"stateful object or picklable value ({exc}); pass its state_dict-bearing owner "
                 "to SkipBlock.end instead"
             ) from exc
-        node = {"t": "pickle", "cls": _qualname(obj)}
+        cls = _qualname(obj)
+        if self.copy and cls not in _PICKLED_TYPES:  # recording: say it once per type
+            _PICKLED_TYPES.add(cls)
+            warn(f"{path or 'a value'} is a {cls}, which flor can store only with pickle; a replay loads it "
+                 "only from a checkpoint signed with your own key (made in flor's config folder, see "
+                 "FLOR_CONFIG_DIR) or with --flor_trust_pickles. Pass end() plain values or objects with "
+                 "state_dict() to avoid pickle")
+        node = {"t": "pickle", "cls": cls}
+        self.pending.raw.append((node, data))
+        return node
+
+    def raw(self, kind: str, data: bytes) -> dict:
+        node = {"t": kind}
         self.pending.raw.append((node, data))
         return node
 
     def encode(self, obj: Any, path: str) -> Any:
+        if type(obj) in _PRIMITIVES:
+            return obj
+        leaf = encode_leaf(obj)  # before the primitives: an IntEnum is an int, but keeps its type
+        if leaf is not None:
+            return leaf
         if isinstance(obj, _PRIMITIVES):
             return obj
+        if type(obj) in (bytes, bytearray):
+            return self.raw(type(obj).__name__, bytes(obj))
+        if isinstance(obj, torch.dtype):
+            return {"t": "torchdtype", "v": str(obj).removeprefix("torch.")}
+        if isinstance(obj, torch.device):
+            return {"t": "torchdevice", "v": str(obj)}
+        if isinstance(obj, np.dtype) and obj.kind in NP_KINDS and obj.fields is None and not obj.hasobject:
+            return {"t": "npdtype", "v": obj.str}
         if isinstance(obj, torch.Tensor):
             return self.tensor(obj, path)
         if isinstance(obj, np.ndarray):
@@ -221,8 +293,10 @@ class _Encoder:
             self.pending.tensors.append((node, torch.from_numpy(np.ascontiguousarray(obj).copy()).view(torch.uint8)
                                          if obj.size else torch.empty(0, dtype=torch.uint8)))
             return node
-        if isinstance(obj, np.generic):
-            return {"t": "npscalar", "dtype": obj.dtype.str, "v": obj.item()}
+        if isinstance(obj, np.generic) and obj.dtype.kind in NP_KINDS:
+            if obj.dtype.kind in "mM":  # dates and durations of any unit: their int64 count
+                return {"t": "npscalar", "dtype": obj.dtype.str, "v": int(obj.view(np.int64))}
+            return {"t": "npscalar", "dtype": obj.dtype.str, "v": self.encode(obj.item(), path)}
         if id(obj) in self._active:
             raise StateError(
                 f"cannot capture {path}: it contains itself (a reference cycle); pass the objects "
@@ -257,8 +331,22 @@ class _Encoder:
             return {"t": "nprandomstate", "v": self.encode(obj.get_state(legacy=False), path)}
         if isinstance(obj, np.random.Generator):
             return {"t": "npgenerator", "v": self.encode(obj.bit_generator.state, path)}
+        if isinstance(obj, np.random.BitGenerator) and type(obj).__name__ in NP_BITGENS:
+            return {"t": "npbitgen", "cls": type(obj).__name__, "v": self.encode(obj.state, path)}
+        if type(obj) in (set, frozenset):
+            items = sorted(obj, key=sort_key)
+            return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}{{}}") for x in items]}
+        if isinstance(obj, tuple) and isinstance(getattr(type(obj), "_fields", None), tuple):
+            return {"t": "namedtuple", "cls": _qualname(obj), "k": list(type(obj)._fields),
+                    "v": [self.encode(x, f"{path}.{k}") for k, x in zip(type(obj)._fields, obj)]}
         if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
             return {"t": "stateful", "cls": _qualname(obj), "v": self.encode(obj.state_dict(), path)}
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
+            attrs.update((k, v) for k, v in getattr(obj, "__dict__", {}).items() if k not in attrs)
+            return {"t": "dataclass", "cls": _qualname(obj), "v": self.encode(attrs, path)}
+        if isinstance(obj, (list, tuple, dict, set, frozenset)):  # a Counter, a defaultdict: their vars() miss the data
+            return self.pickled(obj, path)
         if hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
             return {"t": "object", "cls": _qualname(obj), "v": self.encode(dict(vars(obj)), path)}
         return self.pickled(obj, path)
@@ -296,19 +384,29 @@ def capture_rng() -> dict:
     return state
 
 
-def restore_rng(state: dict) -> None:
+def restore_rng(state: Any) -> None:
     """Set the global generators; called last, after every object is restored."""
-    random.setstate(_as_tuple(state["python"]))
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    if not isinstance(state, dict) or not {"python", "numpy", "torch"} <= set(state):
+        raise StateError("the recorded random state lacks the python, numpy or torch generator; the checkpoint "
+                         "is damaged")
+    try:
+        random.setstate(_as_tuple(state["python"]))
+        np.random.set_state(state["numpy"])
+        torch.set_rng_state(state["torch"])
+    except Exception as exc:  # noqa: BLE001 - a damaged state is named, whatever the generator raises
+        raise StateError(f"the recorded random state cannot be set ({type(exc).__name__}: {exc}); the checkpoint "
+                         "is damaged") from exc
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
-        if len(cuda) != torch.cuda.device_count():
+        if not isinstance(cuda, (list, tuple)) or len(cuda) != torch.cuda.device_count():
             raise StateError(
-                f"the recording saw {len(cuda)} CUDA devices, this process sees "
-                f"{torch.cuda.device_count()}; replay with the same CUDA_VISIBLE_DEVICES count"
+                f"the recording saw {len(cuda) if isinstance(cuda, (list, tuple)) else '?'} CUDA devices, this "
+                f"process sees {torch.cuda.device_count()}; replay with the same CUDA_VISIBLE_DEVICES count"
             )
-        torch.cuda.set_rng_state_all(cuda)
+        try:
+            torch.cuda.set_rng_state_all(cuda)
+        except Exception as exc:  # noqa: BLE001
+            raise StateError(f"the recorded CUDA random state cannot be set ({exc}); the checkpoint is damaged") from exc
 
 
 def _as_tuple(x: Any) -> Any:
@@ -318,66 +416,190 @@ def _as_tuple(x: Any) -> Any:
 # -- decode and restore ------------------------------------------------------------------
 
 Loader = Callable[[str], bytes]
+_TORCH_DTYPES: dict[str, torch.dtype] = {n: getattr(torch, n) for n in TORCH_DTYPES if hasattr(torch, n)}
+_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu")
 
 
-def _decode_tensor(node: dict, load: Loader, *, to_device: bool) -> torch.Tensor:
-    dtype = getattr(torch, node["dtype"])
+def _torch_dtype(name: Any, path: str) -> torch.dtype:
+    dtype = _TORCH_DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        raise CheckpointError(f"{path or 'a tensor'}: dtype {name!r:.40} is not one flor stores; the checkpoint "
+                              "is damaged")
+    return dtype
+
+
+def _np_dtype(text: Any, path: str) -> np.dtype:
+    try:
+        dtype = np.dtype(text) if isinstance(text, str) and len(text) <= 16 else None
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in NP_KINDS or dtype.hasobject or dtype.fields is not None \
+            or dtype.subdtype is not None:
+        raise CheckpointError(f"{path or 'an array'}: numpy dtype {text!r:.40} is not one flor stores; the "
+                              "checkpoint is damaged")
+    return dtype
+
+
+def _sized(node: dict, itemsize: int, data: bytes, path: str) -> list[int]:
+    """The node's shape, once it is checked against the blob it describes."""
+    shape = node.get("shape")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape) or len(shape) > 64:
+        raise CheckpointError(f"{path or 'a tensor'}: shape {shape!r:.60} is not a list of sizes; the checkpoint "
+                              "is damaged")
+    numel = 1
+    for d in shape:
+        numel *= d
+    if numel * itemsize != len(data):
+        raise CheckpointError(f"{path or 'a tensor'}: shape {shape} of {itemsize}-byte items needs "
+                              f"{numel * itemsize} bytes, its blob has {len(data)}; the checkpoint is damaged")
+    return shape
+
+
+def _decode_tensor(node: dict, load: Loader, *, to_device: bool, path: str = "") -> torch.Tensor:
+    dtype = _torch_dtype(node.get("dtype"), path)
     data = load(node["h"])
+    shape = _sized(node, torch.empty(0, dtype=dtype).element_size(), data, path)
     if len(data) == 0:
-        t = torch.empty(node["shape"], dtype=dtype)
+        t = torch.empty(shape, dtype=dtype)
     else:
-        t = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(node["shape"])
-    if to_device and node.get("device", "cpu") != "cpu":
+        t = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
+    device = node.get("device", "cpu")
+    if to_device and device != "cpu":
+        if not isinstance(device, str) or device.partition(":")[0] not in _DEVICE_TYPES:
+            raise CheckpointError(f"{path or 'a tensor'}: device {device!r:.40} is not a device; the checkpoint is "
+                                  "damaged")
         try:
-            t = t.to(node["device"])
+            t = t.to(device)
         except (RuntimeError, AssertionError) as exc:
             raise StateError(
-                f"a tensor was recorded on {node['device']}, which this process cannot use ({exc}); "
+                f"a tensor was recorded on {device}, which this process cannot use ({exc}); "
                 "replay on a machine with that device"
             ) from exc
-    if node.get("rg"):
+    if node.get("rg") is True and (t.is_floating_point() or t.is_complex()):
         t.requires_grad_(True)
     return t
 
 
-def decode(node: Any, load: Loader, *, to_device: bool = False) -> Any:
-    """Rebuild plain values from a node (tensors on CPU unless ``to_device``)."""
+def _unpickle(node: dict, load: Loader, path: str, pickles: PickleTrust) -> Any:
+    pickles.check(path, str(node.get("cls")))  # before its bytes are even fetched
+    data = load(node["h"])
+    if hashlib.sha256(data).hexdigest() != node.get("sha256"):
+        raise CheckpointError(f"{path or 'a leaf'}: the pickled {node.get('cls')}'s bytes do not match the SHA-256 "
+                              "its manifest names; not loaded")
+    import cloudpickle
+
+    return cloudpickle.loads(data)  # allowed: the manifest is signed with our key, or the user opted in
+
+
+def decode(node: Any, load: Loader, *, to_device: bool = False, path: str = "",
+           pickles: PickleTrust = REFUSE_PICKLES) -> Any:
+    """Rebuild plain values from a node (tensors on CPU unless ``to_device``).
+
+    Pickled leaves load only as ``pickles`` allows; a damaged node is a StateError or
+    CheckpointError naming ``path``.
+    """
+    try:
+        return _decode(node, load, to_device, path, pickles)
+    except FlorError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - data from a store: whatever it makes fail is named
+        raise StateError(f"cannot decode {path or 'a value'} ({type(exc).__name__}: {exc}); the checkpoint is "
+                         "damaged, or from another flor") from exc
+
+
+def _decode(node: Any, load: Loader, to_device: bool, path: str, pickles: PickleTrust, live: Any = None) -> Any:
     if not isinstance(node, dict):
         return node
     kind = node["t"]
-    if kind in ("list", "tuple"):
-        items = [decode(x, load, to_device=to_device) for x in node["v"]]
-        return items if kind == "list" else tuple(items)
+    if kind in ("list", "tuple", "set", "frozenset"):
+        items = [_decode(x, load, to_device, f"{path}[{i}]", pickles) for i, x in enumerate(node["v"])]
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
     if kind in ("dict", "odict"):
         out = (OrderedDict if kind == "odict" else dict)(
-            (decode(k, load, to_device=to_device), decode(v, load, to_device=to_device))
+            (_decode(k, load, to_device, f"{path}.<key>", pickles), _decode(v, load, to_device, f"{path}.{k}", pickles))
             for k, v in zip(node["k"], node["v"])
         )
         if "meta" in node:
-            out._metadata = decode(node["meta"], load)  # type: ignore[attr-defined]
+            out._metadata = _decode(node["meta"], load, False, path, pickles)  # type: ignore[attr-defined]
         return out
     if kind == "tensor":
-        return _decode_tensor(node, load, to_device=to_device)
+        return _decode_tensor(node, load, to_device=to_device, path=path)
     if kind == "ndarray":
-        dtype = np.dtype(node["dtype"])
-        return np.frombuffer(bytearray(load(node["h"])), dtype=dtype).reshape(node["shape"]).copy()
+        dtype = _np_dtype(node.get("dtype"), path)
+        data = load(node["h"])
+        return np.frombuffer(bytearray(data), dtype=dtype).reshape(_sized(node, dtype.itemsize, data, path)).copy()
     if kind == "npscalar":
-        return np.dtype(node["dtype"]).type(node["v"])
+        dtype = _np_dtype(node.get("dtype"), path)
+        if dtype.kind in "mM":
+            return np.array(int(node["v"]), dtype=np.int64).view(dtype)[()]
+        return dtype.type(_decode(node["v"], load, False, path, pickles))
+    if kind in LEAF_KINDS:
+        return decode_leaf(node, live, path)
+    if kind in ("bytes", "bytearray"):
+        return (bytes if kind == "bytes" else bytearray)(load(node["h"]))
+    if kind == "torchdtype":
+        return _torch_dtype(node["v"], path)
+    if kind == "torchdevice":
+        if not isinstance(node["v"], str) or node["v"].partition(":")[0] not in _DEVICE_TYPES:
+            raise CheckpointError(f"{path}: {node['v']!r:.40} is not a device; the checkpoint is damaged")
+        return torch.device(node["v"])
+    if kind == "npdtype":
+        return _np_dtype(node["v"], path)
+    if kind == "namedtuple":
+        cls = find_class(node["cls"], live, lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), path)
+        old = live if isinstance(live, tuple) else ()
+        items = [_restore(old[i] if i < len(old) else None, n, load, f"{path}.{k}", pickles)
+                 for i, (k, n) in enumerate(zip(node["k"], node["v"]))]
+        return tuple.__new__(cls, items)
+    if kind == "dataclass":
+        cls = find_class(node["cls"], live, dataclasses.is_dataclass, path)
+        return _fill(cls.__new__(cls), node, load, path, pickles, in_place=False)
+    if kind == "npgenerator":
+        state = _decode(node["v"], load, False, path, pickles)
+        name = state.get("bit_generator") if isinstance(state, dict) else None
+        if name not in NP_BITGENS:
+            raise CheckpointError(f"{path}: bit generator {name!r:.40} is not a numpy one; the checkpoint is damaged")
+        gen = np.random.Generator(getattr(np.random, name)())
+        gen.bit_generator.state = state
+        return gen
+    if kind == "npbitgen":
+        if node.get("cls") not in NP_BITGENS:
+            raise CheckpointError(f"{path}: bit generator {node.get('cls')!r:.40} is not a numpy one")
+        bitgen = getattr(np.random, node["cls"])()
+        bitgen.state = _decode(node["v"], load, False, path, pickles)
+        return bitgen
     if kind == "pickle":
-        import cloudpickle
+        return _unpickle(node, load, path, pickles)
+    raise StateError(f"cannot decode a {kind!r:.40} node outside a live object ({path or 'a value'}); the "
+                     "checkpoint is from another flor, or damaged")
 
-        return cloudpickle.loads(load(node["h"]))  # documented: the one load that can run code
-    raise StateError(f"cannot decode a {kind!r} node outside a live object; the checkpoint is from another flor")
+
+def _fill(target: Any, node: dict, load: Loader, path: str, pickles: PickleTrust, *, in_place: bool) -> Any:
+    """Set the attributes of an ``object``/``dataclass`` node on ``target``: through its own
+    ``setattr`` in place, or with ``object.__setattr__`` on a new (maybe frozen) instance."""
+    attrs = node["v"]
+    for k_node, v_node in zip(attrs["k"], attrs["v"]):
+        if not isinstance(k_node, str):
+            raise CheckpointError(f"{path}: attribute name {k_node!r:.40} is not a string; the checkpoint is damaged")
+        value = _restore(getattr(target, k_node, None) if in_place else None, v_node, load, f"{path}.{k_node}",
+                         pickles)
+        (setattr if in_place else object.__setattr__)(target, k_node, value)
+    return target
 
 
-def restore(live: Any, node: Any, load: Loader, path: str = "") -> Any:
+def restore(live: Any, node: Any, load: Loader, path: str = "", *, pickles: PickleTrust = REFUSE_PICKLES) -> Any:
     """Put the state in ``node`` back into ``live`` in place where it can; return the result.
 
     Mutable objects come back as the same objects; immutable values come back as new ones.
+    Pickled leaves load only as ``pickles`` allows.
     """
+    return _restore(live, node, load, path, pickles)
+
+
+def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust) -> Any:
     if not isinstance(node, dict):
         return node
-    kind = node["t"]
+    kind = node.get("t")
     try:
         if kind == "stateful":
             if not callable(getattr(live, "load_state_dict", None)):
@@ -385,37 +607,44 @@ def restore(live: Any, node: Any, load: Loader, path: str = "") -> Any:
                     f"{path} was recorded as a {node['cls']} with state_dict(); now it is a "
                     f"{_qualname(live)}: pass SkipBlock.end the same objects, in the same order, as when recording"
                 )
-            live.load_state_dict(decode(node["v"], load))
+            live.load_state_dict(_decode(node["v"], load, False, path, pickles))
             return live
         if kind == "tensor":
-            value = _decode_tensor(node, load, to_device=True)
+            value = _decode_tensor(node, load, to_device=True, path=path)
             if isinstance(live, torch.Tensor) and live.shape == value.shape and live.dtype == value.dtype:
                 with torch.no_grad():
                     live.copy_(value)
                 return live
             return value
         if kind == "list":
-            items = [restore(live[i] if isinstance(live, list) and i < len(live) else None, n, load, f"{path}[{i}]")
-                     for i, n in enumerate(node["v"])]
+            items = [_restore(live[i] if isinstance(live, list) and i < len(live) else None, n, load, f"{path}[{i}]",
+                              pickles) for i, n in enumerate(node["v"])]
             if isinstance(live, list):
                 live[:] = items
                 return live
             return items
         if kind == "tuple":
             old = live if isinstance(live, tuple) else ()
-            return tuple(restore(old[i] if i < len(old) else None, n, load, f"{path}[{i}]")
+            return tuple(_restore(old[i] if i < len(old) else None, n, load, f"{path}[{i}]", pickles)
                          for i, n in enumerate(node["v"]))
+        if kind == "set" and type(live) is set:
+            live.clear()
+            live.update(_decode(node, load, True, path, pickles))
+            return live
+        if kind == "bytearray" and type(live) is bytearray:
+            live[:] = load(node["h"])
+            return live
         if kind in ("dict", "odict"):
-            keys = [decode(k, load) for k in node["k"]]
+            keys = [_decode(k, load, False, f"{path}.<key>", pickles) for k in node["k"]]
             old = live if isinstance(live, dict) else {}
-            values = [restore(old.get(k), n, load, f"{path}.{k}") for k, n in zip(keys, node["v"])]
+            values = [_restore(old.get(k), n, load, f"{path}.{k}", pickles) for k, n in zip(keys, node["v"])]
             if isinstance(live, dict):
                 live.clear()
                 live.update(zip(keys, values))
                 return live
-            return decode(node, load, to_device=True)
+            return _decode(node, load, True, path, pickles)
         if kind == "generator":
-            state = _decode_tensor(node["v"], load, to_device=False)
+            state = _decode_tensor(node["v"], load, to_device=False, path=path)
             if isinstance(live, torch.Generator):
                 live.set_state(state)
                 return live
@@ -424,50 +653,57 @@ def restore(live: Any, node: Any, load: Loader, path: str = "") -> Any:
             return gen
         if kind == "pyrandom":
             target = live if isinstance(live, random.Random) else random.Random()
-            target.setstate(_as_tuple(decode(node["v"], load)))
+            target.setstate(_as_tuple(_decode(node["v"], load, False, path, pickles)))
             return target
         if kind == "nprandomstate":
             target = live if isinstance(live, np.random.RandomState) else np.random.RandomState()
-            target.set_state(decode(node["v"], load))
+            target.set_state(_decode(node["v"], load, False, path, pickles))
             return target
-        if kind == "npgenerator":
-            state = decode(node["v"], load)
-            if isinstance(live, np.random.Generator):
-                live.bit_generator.state = state
-                return live
-            raise StateError(f"{path} was a numpy Generator when recorded; pass the same Generator to end()")
+        if kind == "npgenerator" and isinstance(live, np.random.Generator):
+            live.bit_generator.state = _decode(node["v"], load, False, path, pickles)
+            return live
+        if kind == "npbitgen" and type(live).__name__ == node.get("cls") and isinstance(live, np.random.BitGenerator):
+            live.state = _decode(node["v"], load, False, path, pickles)
+            return live
+        if kind == "dataclass" and live is not None and _qualname(live) == node["cls"] \
+                and dataclasses.is_dataclass(live) and not type(live).__dataclass_params__.frozen:
+            return _fill(live, node, load, path, pickles, in_place=True)
         if kind == "object":
             if live is None or not hasattr(live, "__dict__"):
                 raise StateError(
-                    f"{path} was recorded as a {node['cls']} but is now {live!r}: pass SkipBlock.end "
+                    f"{path} was recorded as a {node['cls']} but is now {live!r:.80}: pass SkipBlock.end "
                     "the same objects, in the same order, as when recording"
                 )
-            attrs = node["v"]
-            for k_node, v_node in zip(attrs["k"], attrs["v"]):
-                setattr(live, k_node, restore(getattr(live, k_node, None), v_node, load, f"{path}.{k_node}"))
-            return live
-        return decode(node, load, to_device=True)
-    except StateError:
+            return _fill(live, node, load, path, pickles, in_place=True)
+        return _decode(node, load, True, path, pickles, live)
+    except FlorError:
         raise
-    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - user objects' load_state_dict, or damaged data: named either way
         raise StateError(
-            f"cannot restore {path or 'an object'} ({node.get('cls', kind)}): {exc}; was the object "
-            "built differently from the recording (architecture, parameter groups)?"
+            f"cannot restore {path or 'an object'} ({node.get('cls', kind)}): {type(exc).__name__}: {exc}; was the "
+            "object built differently from the recording (architecture, parameter groups)?"
         ) from exc
 
 
-def restore_all(objs: list, objects: Any, rng: Any, load: Loader) -> list:
+def restore_all(objs: list, objects: Any, rng: Any, load: Loader, *, pickles: PickleTrust = REFUSE_PICKLES) -> list:
     """Restore ``objs`` from ``objects`` in place, then the global RNGs from ``rng``.
 
     RNG state goes last: restoring an object may itself draw random numbers (a sampler
     re-seeding, a module re-initializing), and those draws must not leak into training.
     """
-    restored = restore(objs, objects, load)
-    restore_rng(decode(rng, load))
+    restored = _restore(objs, objects, load, "", pickles)
+    restore_rng(decode(rng, load, path="rng", pickles=pickles))
     return restored
 
 
 # -- comparing ---------------------------------------------------------------------------
+
+_LEAF_NODES = (*LEAF_KINDS, "torchdtype", "torchdevice", "npdtype")
+
+
+def _json(node: Any) -> str:
+    return json.dumps(node, sort_keys=True, default=str)
+
 
 
 def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
@@ -479,8 +715,17 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
             same = a.get("h") == b.get("h") and a.get("shape") == b.get("shape") and a.get("dtype") == b.get("dtype")
             return [] if same else [path or "<root>"]
         out: list[str] = []
-        if a["t"] in ("dict", "odict", "object", "stateful") and isinstance(a.get("v"), (dict, list)):
-            if a["t"] in ("object", "stateful"):
+        if a["t"] in _LEAF_NODES:  # no children: the same JSON is the same value (NaN included)
+            return [] if _json(a) == _json(b) else [path or "<root>"]
+        if a["t"] in ("set", "frozenset"):
+            same = sorted(map(_json, a.get("v", []))) == sorted(map(_json, b.get("v", [])))
+            return [] if same else [path or "<root>"]
+        if a["t"] in ("namedtuple", "dataclass", "npbitgen") and a.get("cls") != b.get("cls"):
+            return [path or "<root>"]
+        if a["t"] == "namedtuple" and a.get("k") != b.get("k"):
+            return [f"{path}.<fields>"]
+        if a["t"] in ("dict", "odict", "object", "stateful", "dataclass") and isinstance(a.get("v"), (dict, list)):
+            if a["t"] in ("object", "stateful", "dataclass"):
                 return diff_nodes(a["v"], b["v"], path)
             ka, kb = a["k"], b["k"]
             if ka != kb:
@@ -488,7 +733,7 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
             for k, va, vb in zip(ka, a["v"], b["v"]):
                 out += diff_nodes(va, vb, f"{path}.{k}" if path else str(k))
             return out
-        if a["t"] in ("list", "tuple"):
+        if a["t"] in ("list", "tuple", "namedtuple"):
             if len(a["v"]) != len(b["v"]):
                 return [f"{path}.<length>"]
             for i, (va, vb) in enumerate(zip(a["v"], b["v"])):

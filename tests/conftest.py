@@ -27,6 +27,7 @@ class Runner:
         for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"):
             env.pop(k, None)
         env["FLOR_HOME"] = str(self.home)
+        env["FLOR_CONFIG_DIR"] = str(self.cwd / "florconfig")  # the signing key: never the user's own
         env.setdefault("OMP_NUM_THREADS", "1")
         # toy epochs last milliseconds, so the adaptive policy would thin their checkpoints:
         # tests get a fixed schedule unless they test the policy itself

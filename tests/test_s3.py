@@ -287,7 +287,12 @@ def test_pull_reports_through_the_callers_progress_and_prints_nothing(
     home = ExperimentStore(tmp_path / "a", "demo")
     run = "20260101T000000.000001-aaaaaa"
     digests = [home.blobs.put(bytes([i]) * 100)[0] for i in range(3)]
-    home.write_json(home.manifest_key(run, "train", 0, 0), {"w": [{"h": d} for d in digests]})
+    from flor.store.manifest import seal  # a manifest that validates: three bytes leaves, a bare RNG state
+
+    rng = {"t": "dict", "k": ["python", "numpy", "torch"], "v": [None, None, None]}
+    home.write_json(home.manifest_key(run, "train", 0, 0), seal({
+        "block": "train", "epoch": 0, "occurrence": 0, "count": 3, "rng": rng,
+        "objects": {"t": "list", "v": [{"t": "bytes", "h": d} for d in digests]}}))
     home.write_json(home.run_key(run, "run.json"), {"status": "finished"})
     spooler = Spooler(home, url, workers=2)
     spooler.spool()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flor.errors import CorruptBlobError, StorageError
+from flor.errors import CorruptBlobError, FlorError, StorageError
 from flor.store import BlobStore, ExperimentStore, LocalBackend, blob_key, hash_bytes
 
 
@@ -47,7 +47,9 @@ def test_experiment_paths_are_relative_and_manifests_listed(tmp_path):
     store.write_json(store.manifest_key("r1", "prep", None, 0), {"a": 3})
     assert sorted(store.manifests("r1"), key=str) == sorted(
         [("train", 3, 0), ("train", 3, 1), ("prep", None, 0)], key=str)
-    assert store.read_manifest("r1", "train", 3, 1) == {"a": 2}
+    assert store.read_json(store.manifest_key("r1", "train", 3, 1)) == {"a": 2}
+    with pytest.raises(FlorError, match="3-1.json is damaged"):  # not a manifest: read_manifest validates
+        store.read_manifest("r1", "train", 3, 1)
     assert store.manifest_key("r1", "train", 3, 1) == "runs/r1/checkpoints/train/3-1.json"
 
 

@@ -6,6 +6,7 @@ from typing import Iterable, Protocol
 
 from ..errors import CorruptBlobError
 from .hashing import hash_bytes
+from .ids import check_blob_hash, is_blob_hash
 from .local import LocalBackend
 
 __all__ = ["BlobStore", "blob_key"]
@@ -18,6 +19,9 @@ class RemoteFetcher(Protocol):
 
 
 def blob_key(digest: str) -> str:
+    """``objects/ab/cdef...``; a StorageError when ``digest`` is not a blob hash (a manifest
+    read from a shared store may name anything: ``../../../home/me/.bashrc``)."""
+    check_blob_hash(digest)
     return f"objects/{digest[:2]}/{digest[2:]}"
 
 
@@ -53,12 +57,13 @@ class BlobStore:
         return digest, True
 
     def get(self, digest: str) -> bytes:
-        if self._remote is not None and not self.backend.exists(blob_key(digest)):
+        key = blob_key(digest)  # checked first: only a valid hash, hence only a file in objects/, may be deleted
+        if self._remote is not None and not self.backend.exists(key):
             self._remote.ensure([digest])
-        data = self.backend.read(blob_key(digest))
+        data = self.backend.read(key)
         actual = hash_bytes(data)
         if actual != digest and self._remote is not None:  # damaged here: the spool has a good copy
-            self.backend.delete(blob_key(digest))
+            self.backend.delete(key)  # refused by the backend if objects/ leads out of the store
             self._remote.ensure([digest])
             data = self.backend.read(blob_key(digest))
             actual = hash_bytes(data)
@@ -79,3 +84,12 @@ class BlobStore:
 
     def exists(self, digest: str) -> bool:
         return self.backend.exists(blob_key(digest))
+
+    def local_digests(self) -> list[str]:
+        """Hashes of the blobs under ``objects/``; files of any other name there are left out."""
+        out = []
+        for key in self.backend.list("objects"):
+            parts = key.split("/")
+            if len(parts) == 3 and len(parts[1]) == 2 and is_blob_hash(parts[1] + parts[2]):
+                out.append(parts[1] + parts[2])
+        return out

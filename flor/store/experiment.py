@@ -15,8 +15,10 @@ from typing import Any, Iterator, Sequence
 from ..errors import CheckpointError, ConfigError, ReplayError, StorageError
 from ..settings import SETTINGS, validate_name
 from .blobs import BlobStore, RemoteFetcher
+from .ids import check_run_id, contained, is_block_name, is_checkpoint_file, is_run_id
 from .layout import RunLayout
-from .local import LocalBackend
+from .manifest import check_manifest
+from .local import TMP_PREFIX, LocalBackend, remove_stale_tmp
 from .runmeta import RunMeta
 
 __all__ = [
@@ -34,6 +36,13 @@ def checkpoint_key(epoch: int | None, occurrence: int) -> str:
 
 
 def parse_checkpoint_key(stem: str) -> tuple[int | None, int]:
+    """``(epoch, occurrence)`` of a checkpoint file stem; ValueError for any other name.
+
+    >>> parse_checkpoint_key("3-1"), parse_checkpoint_key("outside")
+    ((3, 1), (None, 0))
+    """
+    if not is_checkpoint_file(f"{stem}.json"):
+        raise ValueError(f"not a checkpoint file name: {stem!r}")
     base, _, occ = stem.partition("-")
     return (None if base == "outside" else int(base)), int(occ or 0)
 
@@ -53,10 +62,12 @@ def blob_hashes(node: Any, out: set[str] | None = None) -> set[str]:
 
 
 def dir_size(path: Path) -> int:
-    """Bytes of every file under ``path`` (links not followed)."""
+    """Bytes of every file under ``path`` (links not followed), writes in progress (``.tmp-*``) not counted."""
     total = 0
     for dirpath, _, files in os.walk(path):
         for f in files:
+            if f.startswith(TMP_PREFIX):
+                continue
             try:
                 total += os.lstat(os.path.join(dirpath, f)).st_size
             except OSError:
@@ -108,14 +119,16 @@ class ExperimentStore:
         base = self.root / "runs"
         if not base.is_dir():
             return []
-        return sorted(p.name for p in base.iterdir() if (p / "run.json").is_file())
+        # a folder of any other name, or one linked to a place outside the store, is not a run
+        return sorted(p.name for p in base.iterdir()
+                      if is_run_id(p.name) and (p / "run.json").is_file() and contained(p, self.root))
 
     def resolve_run(self, run: str | None) -> str:
         """The run ``run`` names, or the latest; a clear error when there is none."""
         return pick_run(run, self.runs(), self.name, f"under {self.root} (FLOR_HOME={self.root.parent})")
 
     def run_key(self, run: str, *parts: str) -> str:
-        return "/".join(("runs", run, *parts))
+        return "/".join(("runs", check_run_id(run), *parts))
 
     def run_path(self, run: str, *parts: str) -> Path:
         return self.root / self.run_key(run, *parts)
@@ -123,8 +136,9 @@ class ExperimentStore:
     def read_json(self, key: str) -> Any:
         try:
             return json.loads(self.backend.read(key))
-        except ValueError as exc:
-            raise StorageError(f"{self.backend.path(key)} is not valid JSON ({exc}); it was damaged") from exc
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested past what the parser takes
+            raise StorageError(f"{self.backend.path(key)} is not valid JSON ({type(exc).__name__}: {exc}); "
+                               "it was damaged") from exc
 
     def write_json(self, key: str, obj: Any, *, durable: bool = True) -> None:
         self.backend.write(key, dumps(obj), durable=durable)
@@ -158,6 +172,9 @@ class ExperimentStore:
         return name
 
     def manifest_key(self, run: str, block: str, epoch: int | None, occurrence: int) -> str:
+        if not is_block_name(block):  # names come from run.json too, which may be damaged
+            raise StorageError(f"invalid SkipBlock name {block!r:.80} in the store of run {run}; "
+                               "the run.json or checkpoint folder was damaged or tampered with")
         return self.run_key(run, "checkpoints", block, checkpoint_key(epoch, occurrence) + ".json")
 
     def manifests(self, run: str) -> Iterator[tuple[str, int | None, int]]:
@@ -166,7 +183,7 @@ class ExperimentStore:
         if not base.is_dir():
             return
         for block_dir in sorted(base.iterdir()):
-            if not block_dir.is_dir():
+            if not is_block_name(block_dir.name) or not block_dir.is_dir():
                 continue
             for f in sorted(block_dir.glob("*.json")):
                 try:
@@ -176,10 +193,32 @@ class ExperimentStore:
                 yield block_dir.name, epoch, occ
 
     def read_manifest(self, run: str, block: str, epoch: int | None, occurrence: int) -> dict:
-        return self.read_json(self.manifest_key(run, block, epoch, occurrence))
+        """The checkpoint's manifest, validated and checked against its whole-manifest checksum
+        (``flor.store.manifest``): a damaged one is a CheckpointError naming the file."""
+        key = self.manifest_key(run, block, epoch, occurrence)
+        return check_manifest(self.read_json(key), str(self.backend.path(key)), block=block, epoch=epoch,
+                              occurrence=occurrence)
 
     def disk_usage(self) -> int:
         return dir_size(self.root)
+
+    def remove_stale_tmp(self) -> int:
+        """Remove the temp files that writers which died mid-write left in this experiment
+        (their process is gone); return the bytes freed. A recording calls it in the background
+        when it starts."""
+        folders = [dirpath for dirpath, _, _ in os.walk(self.root)]
+        return remove_stale_tmp(folders, _alive)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
 
 
 def open_experiment(name: str | None, home: Path | None = None) -> ExperimentStore:

@@ -17,6 +17,7 @@ from ..._fmt import human_size
 from ...errors import FlorError, ReplayError, StorageError, warn
 from ..blobs import blob_key
 from ..experiment import blob_hashes, pick_run
+from ..ids import bad_key_reason, is_blob_hash, is_run_id
 
 if TYPE_CHECKING:
     from ..experiment import ExperimentStore
@@ -158,8 +159,33 @@ class LazyRemote:
 
 
 def spooled_runs(remote: S3Backend, name: str) -> list[str]:
-    """Ids of the runs of ``name`` in the spool, oldest first."""
-    return remote.list_dirs(f"{name}/runs/")
+    """Ids of the runs of ``name`` in the spool, oldest first; folders whose names are not run
+    ids (``..``, ``a\\b``, planted by someone with write access to the bucket) are left out."""
+    found = remote.list_dirs(f"{name}/runs/")
+    bad = [r for r in found if not is_run_id(r)]
+    if bad:
+        warn(f"ignoring {len(bad)} folder(s) under {remote.where(name)}/runs/ whose names are not run ids: "
+             f"{', '.join(repr(b)[:80] for b in bad[:5])}")
+    return [r for r in found if is_run_id(r)]
+
+
+def safe_run_keys(listed: list[tuple[str, int]], prefix: str) -> tuple[dict[str, int], list[str]]:
+    """``({key: size}, refused)``: the listed S3 keys with ``prefix`` cut off, split into the keys
+    that name a file inside the store and those that could not (``..``, absolute paths,
+    backslashes, NUL, empty segments), each of those with the reason.
+
+    >>> safe_run_keys([("p/runs/r/a.json", 2), ("p/runs/r/../../../x", 1)], "p/")
+    ({'runs/r/a.json': 2}, ["'p/runs/r/../../../x' (a '..' segment)"])
+    """
+    keys, refused = {}, []
+    for key, size in listed:
+        rel = key[len(prefix):] if key.startswith(prefix) else key
+        reason = bad_key_reason(rel) if key.startswith(prefix) else "not under the prefix"
+        if reason is None:
+            keys[rel] = size
+        else:
+            refused.append(f"{key!r:.120} ({reason})")
+    return keys, refused
 
 
 def find_spooled_run(store: ExperimentStore, url: str, run: str | None) -> str:
@@ -174,7 +200,12 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
     its checkpoints name. ``run.json`` is written last, so a run only counts as local once
     complete. Returns the number of files written."""
     prefix = f"{store.name}/"
-    keys = {k[len(prefix):]: size for k, size in remote.list_sizes(f"{prefix}runs/{run}/")}
+    if not is_run_id(run):
+        raise ReplayError(f"refusing to pull run {run!r:.80} from {remote.where(store.name)}: not a run id")
+    keys, refused = safe_run_keys(remote.list_sizes(f"{prefix}runs/{run}/"), prefix)
+    if refused:  # planted by someone with write access to the bucket: never written, only reported
+        warn(f"ignored {len(refused)} key(s) of run {run} in {remote.where(store.name)} that would lead out of "
+             f"the store: {', '.join(refused[:5])}{' ...' if len(refused) > 5 else ''}")
     run_json = store.run_key(run, "run.json")
     if run_json not in keys:
         raise ReplayError(f"run {run} in {remote.where(store.name)} has no run.json yet (still spooling?); "
@@ -201,7 +232,11 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
     if blobs:
         hashes: set[str] = set()
         for block, epoch, occ in store.manifests(run):
-            blob_hashes(store.read_manifest(run, block, epoch, occ), hashes)
+            try:
+                blob_hashes(store.read_manifest(run, block, epoch, occ), hashes)
+            except FlorError as exc:  # a damaged manifest: its blobs stay in the bucket, the rest comes
+                warn(f"not fetching the blobs of a checkpoint of run {run}: {exc}")
+        hashes = {h for h in hashes if is_blob_hash(h)}  # a bad hash is never a file name
         fetcher = fetcher or RemoteBlobs(store, remote, workers=workers, progress=progress)
         fetcher.ensure(hashes, label=f"fetching {len(hashes)} blobs of run {run}")
     store.backend.write(run_json, remote.read(prefix + run_json))
@@ -224,9 +259,13 @@ def attach_spool(store: ExperimentStore, url: str, run: str | None, *,
         chosen = pick_run(run, sorted(set(local) | set(spooled)), store.name, f"under {store.root} or in {url}")
         if chosen not in local:
             pull_run(store, remote, chosen, blobs=False, progress=progress)
-        elif store.read_run(chosen).get("status") != "finished" and chosen in spooled:
+        elif store.read_run(chosen).status != "finished" and chosen in spooled:
             # pulled while it was still recording elsewhere: refresh once the recording is done
-            if json.loads(remote.read(f"{store.name}/runs/{chosen}/run.json")).get("status") == "finished":
+            try:
+                there = json.loads(remote.read(f"{store.name}/runs/{chosen}/run.json"))
+            except ValueError:
+                there = None  # damaged in the spool: keep the local copy
+            if isinstance(there, dict) and there.get("status") == "finished":
                 pull_run(store, remote, chosen, blobs=False, progress=progress)
     except StorageError as exc:
         try:

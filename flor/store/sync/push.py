@@ -22,6 +22,7 @@ from ...errors import CorruptBlobError, FlorError, StorageError, warn
 from ..blobs import blob_key
 from ..experiment import blob_hashes
 from ..hashing import hash_bytes
+from ..ids import is_blob_hash
 from ..journal import SpoolJournal
 
 if TYPE_CHECKING:
@@ -211,11 +212,11 @@ class Spooler:
         if not base.is_dir():
             return out
         for sub in os.scandir(base):
-            if not sub.is_dir():
+            if not sub.is_dir(follow_symlinks=False):  # a link leading out is never evicted from
                 continue
             for f in os.scandir(sub.path):
-                if f.name.startswith(".tmp-"):
-                    continue
+                if not is_blob_hash(sub.name + f.name) or len(sub.name) != 2:
+                    continue  # a write in progress (.tmp-*) or a stray file: not a blob
                 try:
                     st = f.stat()
                 except OSError:
@@ -243,7 +244,11 @@ class Spooler:
                     return False
                 if found is None or found.size != size or found.digest != digest:
                     return False
-            self.store.backend.delete(key)
+            try:
+                self.store.backend.delete(key)
+            except FlorError as exc:  # objects/ leads out of the store: refused, and reported
+                self.failures.append(str(exc))
+                return False
             self.counts.add(evicted=1, evicted_bytes=size)
             return True
 

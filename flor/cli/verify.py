@@ -1,0 +1,59 @@
+"""``flor verify``: check an experiment's run.json files, manifests and blobs; repair what can be."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import FlorError
+from ..settings import SETTINGS, validate_name
+from ..store import ExperimentStore
+from .common import human_size, subcommand
+
+__all__ = ["add_verify_command", "cmd_verify"]
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """0 when everything checked is sound, 1 when not; unknown names are FlorErrors (exit 2)."""
+    from ..store.check import check_experiment, repair
+
+    store = ExperimentStore(SETTINGS.home, validate_name(args.name))
+    if not store.root.is_dir():
+        raise FlorError(f"no experiment {args.name!r} under {SETTINGS.home}; `flor ls` lists them")
+    runs = None if args.run in (None, "all") else [store.resolve_run(args.run)]
+    if args.dry_run and not args.repair:
+        raise FlorError("--dry-run goes with --repair: flor verify NAME --repair --dry-run")
+    report = check_experiment(store, runs)
+    for line in report.problems:
+        print(f"problem: {line}")
+    what = f"run {runs[0]}" if runs else f"{report.runs} run(s)"
+    evicted = f", {report.evicted} named blob(s) not local (in the spool)" if report.evicted else ""
+    print(f"flor: verified {args.name}: {what}, {report.manifests} manifest(s), {report.blobs} blob(s) "
+          f"({human_size(report.blob_bytes)}){evicted}: "
+          + (f"{len(report.problems)} problem(s)" if report.problems else "no problems"))
+    if args.repair:
+        for line in repair(store, report, dry_run=args.dry_run):
+            print(f"flor: {line}")
+        if not report.tmp_files and not report.orphans:
+            print("flor: nothing to repair")
+    elif report.tmp_files or report.orphans:
+        print(f"flor: {len(report.tmp_files)} leftover temp file(s) and {len(report.orphans)} unreferenced blob(s): "
+              f"`flor verify {args.name} --repair` removes them (--dry-run first to see the list)")
+    if report.tmp_in_progress:
+        print(f"flor: {report.tmp_in_progress} temp file(s) of writers still running were left alone")
+    return 0 if report.ok else 1
+
+
+def add_verify_command(sub: Any) -> None:
+    p = subcommand(sub, "verify", "check every run.json, manifest and blob of an experiment (hash, size, references)", """\
+  flor verify cnn-demo                        exit 0 when sound, 1 with one line per problem
+  flor verify cnn-demo --run 20261130T05      one run: its run.json, manifests and the blobs they name
+  flor verify cnn-demo --repair --dry-run     list leftover temp files and unreferenced blobs
+  flor verify cnn-demo --repair               remove them (only inside objects/ for blobs)
+""")
+    p.add_argument("name", help="the experiment (the NAME given to --flor)")
+    p.add_argument("--run", default=None, help="a run id (or unique prefix); default: every run")
+    p.add_argument("--repair", action="store_true",
+                   help="remove leftover temp files and blobs no manifest names (not with --run)")
+    p.add_argument("--dry-run", action="store_true", help="with --repair: print what would be removed")
+    p.set_defaults(func=cmd_verify)

@@ -1,0 +1,300 @@
+"""Check a whole experiment folder, byte by byte, and repair what can be repaired: ``flor verify``.
+
+``check_experiment`` reads every ``run.json`` (through ``RunMeta.from_json``), every manifest
+(through ``ExperimentStore.read_manifest``, the reader replay uses, so what it refuses is what
+replay would refuse) and every blob: its bytes hash to its name, its size is the one the
+manifest's dtype and shape give, and every blob a manifest names exists (or was evicted to
+the run's spool). It also reports names that are not identifiers of their kind
+(``flor.store.ids``) and symbolic links that lead out of the store. Nothing is changed.
+
+``repair`` removes what ``check_experiment`` found removable: temp files of writers that
+died (``.tmp-*``, see ``flor.store.local.is_stale_tmp``) and blobs that no manifest names,
+only inside ``objects/``. Orphans are kept when a manifest could not be read (it might name
+them) or a recording is still running (its blobs are written before its manifest).
+
+>>> import tempfile
+>>> store = ExperimentStore(Path(tempfile.mkdtemp()), "demo")
+>>> check_experiment(store).ok
+True
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import FlorError
+from ..placement import pid_alive
+from .blobs import blob_key
+from .experiment import ExperimentStore, parse_checkpoint_key
+from .hashing import hash_bytes
+from .ids import contained, is_blob_hash, is_block_name, is_checkpoint_file, is_run_id
+from .local import TMP_PREFIX, is_stale_tmp
+
+__all__ = ["StoreReport", "check_experiment", "repair"]
+
+
+@dataclass
+class StoreReport:
+    """What ``check_experiment`` found: counts, problems (one line each) and what ``repair`` may remove."""
+
+    root: Path
+    runs: int = 0
+    manifests: int = 0
+    blobs: int = 0
+    blob_bytes: int = 0
+    evicted: int = 0  # named by a manifest, not local, and the run was spooled: fetched on replay
+    problems: list[str] = field(default_factory=list)
+    tmp_files: list[Path] = field(default_factory=list)  # leftovers of writers that died
+    tmp_in_progress: int = 0  # temp files of live writers: left alone
+    orphans: list[str] = field(default_factory=list)  # blob hashes no manifest names
+    keep_orphans: str | None = None  # why orphans must not be removed now, if they must not
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def problem(self, path: Path | str, what: str) -> None:
+        rel = Path(path)
+        try:
+            rel = rel.relative_to(self.root)
+        except ValueError:
+            pass
+        self.problems.append(f"{rel.as_posix()}: {what}")
+
+
+def _expected_size(node: dict) -> int | None:
+    """The byte size of a tensor or array leaf from its dtype and shape; None when unknown."""
+    shape = node.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        return None
+    dtype = node.get("dtype")
+    itemsize = None
+    if node.get("t") == "tensor" and isinstance(dtype, str):
+        try:
+            from .manifest import TORCH_DTYPES
+        except ImportError:  # pragma: no cover - an older tree without the manifest module
+            TORCH_DTYPES = {}
+        itemsize = TORCH_DTYPES.get(dtype.removeprefix("torch."))
+    elif node.get("t") == "ndarray" and isinstance(dtype, str):
+        import numpy as np
+
+        try:
+            itemsize = np.dtype(dtype).itemsize
+        except (TypeError, ValueError):
+            return None
+    return None if itemsize is None else itemsize * math.prod(shape)
+
+
+def _leaves(node: Any) -> Iterator[dict]:
+    """Every dict of a manifest tree that names a blob (has an ``"h"``)."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            if "h" in cur:
+                yield cur
+            stack.extend(cur.values())
+        elif isinstance(cur, list):
+            stack.extend(cur)
+
+
+def _running_here(meta: Any) -> bool:
+    """Whether a run's recording process is alive on this host (or cannot be known dead)."""
+    if meta.status != "running":
+        return False
+    host = (meta.versions or {}).get("host") if isinstance(meta.versions, dict) else None
+    if host not in (None, socket.gethostname()):
+        return meta.ended is None and time.time() - float(meta.started or 0) < 7 * 24 * 3600
+    return isinstance(meta.pid, int) and pid_alive(meta.pid)
+
+
+def _links_out(store: ExperimentStore, report: StoreReport) -> None:
+    """Every symbolic link in the store that leads out of it (never followed)."""
+    for dirpath, dirs, files in os.walk(store.root):
+        for name in dirs + files:
+            path = Path(dirpath) / name
+            if path.is_symlink() and not contained(path, store.root):
+                report.problem(path, f"a symbolic link leading out of the store (to {os.readlink(path)}); "
+                                     "flor refuses to read or write through it: remove it")
+
+
+def _check_runs(store: ExperimentStore, selected: list[str] | None, report: StoreReport,
+                refs: dict[str, int | None]) -> None:
+    base = store.root / "runs"
+    entries = sorted(base.iterdir()) if base.is_dir() else []
+    for entry in entries:
+        run = entry.name
+        if selected is not None and run not in selected:
+            continue
+        if not is_run_id(run):
+            report.problem(entry, "not a run id; flor ignores it")
+            continue
+        if entry.is_symlink() and not contained(entry, store.root):
+            continue  # reported by _links_out
+        if not entry.is_dir():
+            report.problem(entry, "not a folder; flor ignores it")
+            continue
+        report.runs += 1
+        meta = None
+        if not (entry / "run.json").is_file():
+            report.problem(entry / "run.json", "missing: the run cannot be listed or replayed")
+        else:
+            try:
+                meta = store.read_run(run)
+            except FlorError as exc:
+                report.problem(entry / "run.json", str(exc))
+            except Exception as exc:  # noqa: BLE001 - verify reports damage, whatever shape it takes
+                report.problem(entry / "run.json", f"unreadable ({type(exc).__name__}: {exc})")
+        if meta is not None and _running_here(meta):
+            report.keep_orphans = f"run {run} is still recording (its blobs are written before its manifests)"
+        _check_manifests(store, run, meta, report, refs)
+
+
+def _check_manifests(store: ExperimentStore, run: str, meta: Any, report: StoreReport,
+                     refs: dict[str, int | None]) -> None:
+    base = store.run_path(run, "checkpoints")
+    if not base.is_dir():
+        return
+    spooled = bool(meta is not None and meta.spool)
+    for block_dir in sorted(base.iterdir()):
+        if not is_block_name(block_dir.name) or not block_dir.is_dir():
+            report.problem(block_dir, "not a SkipBlock folder name; flor ignores it")
+            continue
+        for f in sorted(block_dir.iterdir()):
+            if f.name.startswith(TMP_PREFIX):
+                continue  # counted with the temp files
+            if not is_checkpoint_file(f.name):
+                report.problem(f, "not a checkpoint file name; flor ignores it")
+                continue
+            report.manifests += 1
+            epoch, occ = parse_checkpoint_key(f.name[: -len(".json")])
+            try:
+                manifest = store.read_manifest(run, block_dir.name, epoch, occ)
+            except FlorError as exc:
+                report.problem(f, str(exc))
+                report.keep_orphans = report.keep_orphans or f"{f.relative_to(store.root)} cannot be read"
+                continue
+            except Exception as exc:  # noqa: BLE001 - verify reports damage, whatever shape it takes
+                report.problem(f, f"unreadable ({type(exc).__name__}: {exc})")
+                report.keep_orphans = report.keep_orphans or f"{f.relative_to(store.root)} cannot be read"
+                continue
+            for leaf in _leaves(manifest):
+                digest = leaf.get("h")
+                if not is_blob_hash(digest):
+                    report.problem(f, f"names an invalid blob hash {digest!r:.80}; the checkpoint is unusable")
+                    continue
+                size = _expected_size(leaf)
+                if refs.get(digest) is None:
+                    refs[digest] = size
+                if not store.backend.path(blob_key(digest)).exists():
+                    if spooled:
+                        report.evicted += 1
+                    else:
+                        report.problem(f, f"names blob {digest}, which is missing; the checkpoint is unusable")
+
+
+def _check_blobs(store: ExperimentStore, report: StoreReport, refs: dict[str, int | None], *,
+                 all_runs: bool) -> None:
+    """Hash every local blob (all of them, or with ``--run`` those its manifests name)."""
+    base = store.root / "objects"
+    if not base.is_dir():
+        return
+    for sub in sorted(os.scandir(base), key=lambda e: e.name):
+        if sub.name.startswith(TMP_PREFIX):
+            continue
+        if not sub.is_dir(follow_symlinks=False):
+            if not sub.is_symlink():
+                report.problem(sub.path, "a stray file among the blob folders")
+            continue
+        for f in sorted(os.scandir(sub.path), key=lambda e: e.name):
+            if f.name.startswith(TMP_PREFIX):
+                continue
+            digest = sub.name + f.name
+            if len(sub.name) != 2 or not is_blob_hash(digest) or not f.is_file(follow_symlinks=False):
+                if not f.is_symlink():
+                    report.problem(f.path, "not a blob (its name is not a blob hash)")
+                continue
+            if not all_runs and digest not in refs:
+                continue
+            if digest not in refs:
+                report.orphans.append(digest)
+            try:
+                data = Path(f.path).read_bytes()
+            except OSError as exc:
+                report.problem(f.path, f"unreadable: {exc}")
+                continue
+            report.blobs += 1
+            report.blob_bytes += len(data)
+            actual = hash_bytes(data)
+            if actual != digest:
+                report.problem(f.path, f"corrupt: its bytes hash to {actual}; checkpoints naming it are unusable")
+            elif refs.get(digest) is not None and refs[digest] != len(data):
+                report.problem(f.path, f"{len(data)} bytes, but its manifest's dtype and shape make {refs[digest]}")
+
+
+def _tmp_files(store: ExperimentStore, report: StoreReport) -> None:
+    now = time.time()
+    for dirpath, _, files in os.walk(store.root):
+        for name in files:
+            if not name.startswith(TMP_PREFIX):
+                continue
+            path = Path(dirpath) / name
+            try:
+                age = now - path.lstat().st_mtime
+            except OSError:
+                continue
+            if is_stale_tmp(name, age, pid_alive):
+                report.tmp_files.append(path)
+            else:
+                report.tmp_in_progress += 1
+
+
+def check_experiment(store: ExperimentStore, runs: list[str] | None = None) -> StoreReport:
+    """Check ``store`` (or only ``runs`` of it: their run.json, manifests and the blobs those
+    name); change nothing. Orphan blobs are found only when every run is checked."""
+    report = StoreReport(store.root)
+    if not store.root.is_dir():
+        return report
+    refs: dict[str, int | None] = {}
+    _links_out(store, report)
+    _check_runs(store, runs, report, refs)
+    _check_blobs(store, report, refs, all_runs=runs is None)
+    _tmp_files(store, report)
+    return report
+
+
+def repair(store: ExperimentStore, report: StoreReport, *, dry_run: bool = False) -> list[str]:
+    """Remove the leftover temp files and (when safe) the orphan blobs ``report`` found; return
+    one line per file removed (with ``dry_run``: that would be). Only files inside the store
+    are touched, blobs only inside ``objects/``, never through a symbolic link."""
+    done: list[str] = []
+    verb = "would remove" if dry_run else "removed"
+    for path in report.tmp_files:
+        if not contained(path, store.root, parent_only=True):
+            continue
+        if not dry_run:
+            try:
+                path.unlink()
+            except OSError as exc:
+                done.append(f"could not remove {path}: {exc}")
+                continue
+        done.append(f"{verb} temp file {path.relative_to(store.root).as_posix()}")
+    if report.orphans and report.keep_orphans:
+        done.append(f"kept {len(report.orphans)} unreferenced blob(s): {report.keep_orphans}")
+        return done
+    for digest in report.orphans:
+        key = blob_key(digest)  # valid hash: the path is objects/ab/cdef..., inside objects/
+        if not dry_run:
+            try:
+                store.backend.delete(key)
+            except FlorError as exc:
+                done.append(f"could not remove {key}: {exc}")
+                continue
+        done.append(f"{verb} unreferenced blob {key}")
+    return done

@@ -1,0 +1,385 @@
+"""Checkpoint manifests as untrusted input: canonical bytes, a checksum over all of them, and
+one validation of their structure.
+
+A store may be shared (a bucket, a team directory), so a manifest read back is checked
+before anything in it is used:
+
+- ``sha256`` covers the whole manifest, inline values included (step counters, the Python
+  RNG state): the canonical JSON of every field but ``sha256`` and ``hmac``. A flipped digit
+  makes the checkpoint unusable, and replay re-executes from an earlier one.
+- ``check_manifest`` validates the node tree (``flor.state`` documents the node forms): every
+  node kind, hashes 32 hex digits, dtypes from an allow-list, shapes lists of non-negative
+  ints with a sane product, a bounded depth. A damaged but valid JSON file is a
+  ``CheckpointError`` naming the file and the problem, never an internal exception.
+
+The checksum detects damage, not an attacker (anyone can recompute it); what stops a planted
+pickle is ``flor.store.trust``'s HMAC, made with the user's own key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+from ..errors import CheckpointError
+from .ids import is_blob_hash, is_block_name
+
+__all__ = [
+    "FORMAT", "NP_KINDS", "PATH_CLASSES", "TORCH_DTYPES", "canonical_bytes", "check_manifest", "check_node",
+    "has_pickles", "seal",
+]
+
+#: manifests with a whole-manifest ``sha256``; format 1 (before it) is refused as unverifiable
+FORMAT = 2
+
+#: torch dtypes a tensor leaf may name, with their size in bytes (a damaged name never reaches torch)
+TORCH_DTYPES: dict[str, int] = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "complex128": 16, "complex64": 8, "complex32": 4,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+}
+#: numpy dtype kinds an array or scalar leaf may have (no object, structured or void arrays)
+NP_KINDS = "biufcSUmM"
+#: pathlib classes a path leaf may name
+PATH_CLASSES = ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath")
+#: numpy bit generators a generator leaf may name
+NP_BITGENS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_KEY_ID = re.compile(r"^[0-9a-f]{16}$")
+_DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|hpu|npu)(:[0-9]{1,4})?$")
+_NP_DTYPE = re.compile(r"^[<>|=]?[a-zA-Z][0-9]{0,4}(\[[a-z]{1,3}\])?$")
+_CLS = re.compile(r"^[A-Za-z_][A-Za-z0-9_.<>]{0,255}$")
+_MAX_DEPTH = 100
+_MAX_ELEMENTS = 1 << 48  # elements of one tensor: far beyond any real one, small enough to compute on
+_UNSIGNED = ("sha256", "hmac")  # the fields the checksum and the signature do not cover
+
+_CONTAINERS = {"list", "tuple", "set", "frozenset"}
+
+
+def canonical_bytes(manifest: dict) -> bytes:
+    """The bytes ``sha256`` and the HMAC cover: sorted, compact JSON of every other field.
+
+    The same for the dict a recording writes and for the dict parsed back from its file
+    (floats round-trip exactly; tuples are written as lists either way).
+    """
+    body = {k: v for k, v in manifest.items() if k not in _UNSIGNED}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True, ensure_ascii=True).encode()
+
+
+def seal(manifest: dict, *, sign: Any = None) -> dict:
+    """Set ``format`` and ``sha256`` (and ``hmac`` with ``sign(canonical_bytes)``, when given).
+
+    ``sign`` returns the ``hmac`` field (see ``flor.store.trust.signer``), or None to leave it out.
+    """
+    manifest["format"] = FORMAT
+    data = canonical_bytes(manifest)
+    manifest["sha256"] = hashlib.sha256(data).hexdigest()
+    if sign is not None:
+        mac = sign(data)
+        if mac is not None:
+            manifest["hmac"] = mac
+    return manifest
+
+
+def has_pickles(node: Any) -> bool:
+    """Whether a node tree holds a pickled leaf."""
+    if isinstance(node, dict):
+        return node.get("t") == "pickle" or any(has_pickles(v) for v in node.values())
+    if isinstance(node, list):
+        return any(has_pickles(v) for v in node)
+    return False
+
+
+class _Bad(Exception):
+    """A structural problem at a path of the tree; turned into one CheckpointError."""
+
+
+def _fail(path: str, text: str) -> None:
+    raise _Bad(f"{path or '<root>'}: {text}")
+
+
+def _int(value: Any, path: str, what: str, *, low: int = 0, high: int | None = None) -> int:
+    if type(value) is not int or value < low or (high is not None and value > high):
+        _fail(path, f"{what} is {value!r:.40}, expected a whole number >= {low}")
+    return value
+
+
+def _str(value: Any, path: str, what: str, pattern: re.Pattern | None = None) -> str:
+    if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
+        _fail(path, f"{what} is {value!r:.60}, which is not valid here")
+    return value
+
+
+def _hash(node: dict, path: str) -> None:
+    if not is_blob_hash(node.get("h")):
+        _fail(path, f"the blob hash {node.get('h')!r:.60} is not a blob hash")
+
+
+def _np_dtype(text: Any, path: str) -> None:
+    import numpy as np
+
+    _str(text, path, "the numpy dtype", _NP_DTYPE)
+    try:
+        dt = np.dtype(text)
+    except (TypeError, ValueError):
+        _fail(path, f"the numpy dtype {text!r} is unknown")
+    if dt.kind not in NP_KINDS or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
+        _fail(path, f"the numpy dtype {text!r} is not an allowed kind (bool, numbers, strings, dates)")
+
+
+def _shape(shape: Any, path: str) -> int:
+    if not isinstance(shape, list) or len(shape) > 64:
+        _fail(path, f"the shape {shape!r:.60} is not a list of at most 64 sizes")
+    n = 1
+    for d in shape:
+        n *= _int(d, path, "a dimension", high=_MAX_ELEMENTS)
+        if n > _MAX_ELEMENTS:
+            _fail(path, f"the shape {shape} has more than 2**48 elements")
+    return n
+
+
+def _children(node: dict, key: str, path: str) -> list:
+    value = node.get(key)
+    if not isinstance(value, list):
+        _fail(path, f"{node['t']!r} node's {key!r} is {type(value).__name__}, expected a list")
+    return value
+
+
+def check_node(node: Any, path: str = "", depth: int = 0) -> None:
+    """Raise ``_Bad`` naming the first problem of a node tree (``flor.state``'s node forms)."""
+    if depth > _MAX_DEPTH:
+        _fail(path, f"nested more than {_MAX_DEPTH} levels deep")
+    if node is None or isinstance(node, (bool, int, str)):
+        return
+    if isinstance(node, float):
+        return
+    if not isinstance(node, dict):
+        _fail(path, f"a {type(node).__name__} where a node belongs")
+    kind = node.get("t")
+    if not isinstance(kind, str):
+        _fail(path, f"a node without a kind ('t' is {kind!r:.40})")
+    check = _KINDS.get(kind)
+    if check is None:
+        _fail(path, f"unknown node kind {kind!r:.40} (from another flor version, or damaged)")
+    check(node, path, depth + 1)
+
+
+def _seq(node: dict, path: str, depth: int) -> None:
+    for i, child in enumerate(_children(node, "v", path)):
+        check_node(child, f"{path}[{i}]", depth)
+
+
+def _mapping(node: dict, path: str, depth: int) -> None:
+    keys, values = _children(node, "k", path), _children(node, "v", path)
+    if len(keys) != len(values):
+        _fail(path, f"{len(keys)} keys but {len(values)} values")
+    for i, (k, v) in enumerate(zip(keys, values)):
+        check_node(k, f"{path}.<key {i}>", depth)
+        if isinstance(k, dict) and k.get("t") not in ("tuple", "frozenset", "enum", "complex", "bytes", "path",
+                                                       "datetime", "date", "time", "timedelta", "decimal", "uuid",
+                                                       "npscalar", "namedtuple", "torchdtype", "torchdevice"):
+            _fail(path, f"a dict key of kind {k.get('t')!r} cannot be hashed")
+        check_node(v, f"{path}.{k if isinstance(k, (str, int)) else i}", depth)
+    if "meta" in node:
+        check_node(node["meta"], f"{path}._metadata", depth)
+
+
+def _attrs(node: dict, path: str, depth: int) -> None:
+    _str(node.get("cls"), path, "the class name", _CLS)
+    inner = node.get("v")
+    if not isinstance(inner, dict) or inner.get("t") != "dict":
+        _fail(path, f"{node['t']!r} node's attributes are not a dict node")
+    for k in _children(inner, "k", path):
+        if not isinstance(k, str) or not k.isidentifier():
+            _fail(path, f"attribute name {k!r:.40} is not an identifier")
+    _mapping(inner, path, depth)
+
+
+def _tensor(node: dict, path: str, depth: int) -> None:
+    _hash(node, path)
+    dtype = _str(node.get("dtype"), path, "the torch dtype")
+    if dtype not in TORCH_DTYPES:
+        _fail(path, f"the torch dtype {dtype!r:.40} is not one flor stores")
+    _shape(node.get("shape"), path)
+    _str(node.get("device", "cpu"), path, "the device", _DEVICE)
+    rg = node.get("rg", False)
+    if not isinstance(rg, bool) or (rg and not (dtype.startswith(("float", "complex", "bfloat")))):
+        _fail(path, f"requires_grad {rg!r:.20} does not fit dtype {dtype}")
+
+
+def _ndarray(node: dict, path: str, depth: int) -> None:
+    _hash(node, path)
+    _np_dtype(node.get("dtype"), path)
+    _shape(node.get("shape"), path)
+
+
+def _npscalar(node: dict, path: str, depth: int) -> None:
+    _np_dtype(node.get("dtype"), path)
+    check_node(node.get("v"), path, depth)
+
+
+def _with_v(node: dict, path: str, depth: int) -> None:
+    if "v" not in node:
+        _fail(path, f"{node['t']!r} node has no value")
+    check_node(node["v"], path, depth)
+
+
+def _stateful(node: dict, path: str, depth: int) -> None:
+    _str(node.get("cls"), path, "the class name", _CLS)
+    _with_v(node, path, depth)
+
+
+def _generator(node: dict, path: str, depth: int) -> None:
+    _str(node.get("device"), path, "the device", _DEVICE)
+    state = node.get("v")
+    if not isinstance(state, dict) or state.get("t") != "tensor" or state.get("dtype") != "uint8":
+        _fail(path, "a torch Generator's state is not a uint8 tensor")
+    _tensor(state, path, depth)
+
+
+def _npbitgen(node: dict, path: str, depth: int) -> None:
+    _str(node.get("cls"), path, "the bit generator", re.compile("^(" + "|".join(NP_BITGENS) + ")$"))
+    _with_v(node, path, depth)
+
+
+def _pickle(node: dict, path: str, depth: int) -> None:
+    _hash(node, path)
+    _str(node.get("cls"), path, "the class name", _CLS)
+    _str(node.get("sha256"), path, "the pickle's sha256", _HEX64)
+
+
+def _complex(node: dict, path: str, depth: int) -> None:
+    v = node.get("v")
+    if not (isinstance(v, list) and len(v) == 2 and all(type(x) in (int, float) for x in v)):
+        _fail(path, f"a complex number is {v!r:.40}, expected [real, imag]")
+
+
+def _text(node: dict, path: str, depth: int) -> None:
+    v = node.get("v")
+    if not isinstance(v, str) or len(v) > 4096:
+        _fail(path, f"{node['t']!r} node's value is {v!r:.40}, expected a string")
+    if node["t"] == "path":
+        _str(node.get("cls"), path, "the path class", re.compile("^(" + "|".join(PATH_CLASSES) + ")$"))
+    if "tz" in node and node["tz"] is not None:
+        _str(node["tz"], path, "the time zone", re.compile(r"^[A-Za-z0-9_+\-/]{1,64}$"))
+
+
+def _timedelta(node: dict, path: str, depth: int) -> None:
+    v = node.get("v")
+    if not (isinstance(v, list) and len(v) == 3 and all(type(x) is int and abs(x) < 10**12 for x in v)):
+        _fail(path, f"a timedelta is {v!r:.40}, expected [days, seconds, microseconds]")
+
+
+def _enum(node: dict, path: str, depth: int) -> None:
+    _str(node.get("cls"), path, "the enum class", _CLS)
+    if "v" in node:  # a Flag, by its value
+        _int(node["v"], path, "the flag value", high=1 << 64)
+    else:
+        _str(node.get("name"), path, "the member name", re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$"))
+
+
+def _namedtuple(node: dict, path: str, depth: int) -> None:
+    _str(node.get("cls"), path, "the class name", _CLS)
+    names = _children(node, "k", path)
+    if not all(isinstance(k, str) and k.isidentifier() for k in names) or len(names) != len(_children(node, "v", path)):
+        _fail(path, "a namedtuple's field names do not match its values")
+    _seq(node, path, depth)
+
+
+def _bytes(node: dict, path: str, depth: int) -> None:
+    _hash(node, path)
+
+
+_KINDS = {
+    "list": _seq, "tuple": _seq, "set": _seq, "frozenset": _seq,
+    "dict": _mapping, "odict": _mapping,
+    "tensor": _tensor, "ndarray": _ndarray, "npscalar": _npscalar,
+    "stateful": _stateful, "generator": _generator,
+    "pyrandom": _with_v, "nprandomstate": _with_v, "npgenerator": _with_v, "npbitgen": _npbitgen,
+    "object": _attrs, "dataclass": _attrs,
+    "pickle": _pickle,
+    "complex": _complex, "bytes": _bytes, "bytearray": _bytes,
+    "path": _text, "datetime": _text, "date": _text, "time": _text, "decimal": _text, "uuid": _text,
+    "npdtype": _text, "torchdevice": _text, "torchdtype": _text,
+    "timedelta": _timedelta, "enum": _enum, "namedtuple": _namedtuple,
+}
+
+
+def _number(value: Any, path: str, what: str) -> None:
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        _fail(path, f"{what} is {value!r:.40}, expected a non-negative number")
+
+
+def check_manifest(obj: Any, where: str, *, block: str | None = None, epoch: int | None = None,
+                   occurrence: int | None = None, check_sum: bool = True) -> dict:
+    """Return ``obj`` when it is a well-formed manifest whose checksum holds; else a
+    CheckpointError naming ``where`` (the file) and the problem.
+
+    ``block``, ``epoch`` and ``occurrence``, when given, must be the ones the manifest says it
+    is of (a manifest copied over another epoch's file would restore the wrong state).
+    """
+    try:
+        if not isinstance(obj, dict):
+            _fail("", f"expected a JSON object, found {type(obj).__name__}")
+        fmt = obj.get("format")
+        if fmt != FORMAT or type(fmt) is not int:
+            _fail("format", f"format {fmt!r:.20} is not {FORMAT}: written by another flor version (or damaged), "
+                  "its inline values are not covered by a checksum")
+        if not is_block_name(obj.get("block")):
+            _fail("block", f"the block name {obj.get('block')!r:.60} is not valid")
+        if obj.get("epoch") is not None:
+            _int(obj["epoch"], "epoch", "the epoch")
+        _int(obj.get("occurrence"), "occurrence", "the occurrence")
+        _int(obj.get("count"), "count", "the object count", high=1 << 20)
+        for name in ("bytes", "new_bytes"):
+            if name in obj:
+                _int(obj[name], name, name)
+        for name in ("block_s", "snapshot_s", "created"):
+            if name in obj:
+                _number(obj[name], name, name)
+        if "digest" in obj and not is_blob_hash(obj["digest"]):
+            _fail("digest", f"the state digest {obj['digest']!r:.60} is not a hash")
+        for name in ("objects", "rng"):
+            if name not in obj:
+                _fail(name, "missing")
+        objects = obj["objects"]
+        if not isinstance(objects, dict) or objects.get("t") != "list":
+            _fail("objects", "the objects given to end() are not a list node")
+        check_node(objects, "objects")
+        if len(objects["v"]) != obj["count"]:
+            _fail("count", f"{obj['count']} objects announced, {len(objects['v'])} stored")
+        for name in ("rng", "rng_start"):
+            if name not in obj:
+                continue
+            rng = obj[name]
+            if not isinstance(rng, dict) or rng.get("t") != "dict":
+                _fail(name, "the random state is not a dict node")
+            check_node(rng, name)
+            if not {"python", "numpy", "torch"} <= {k for k in rng["k"] if isinstance(k, str)}:
+                _fail(name, "the random state lacks the python, numpy or torch generator")
+        _str(obj.get("sha256"), "sha256", "the manifest checksum", _HEX64)
+        if "hmac" in obj:
+            mac = obj["hmac"]
+            if not (isinstance(mac, dict) and set(mac) == {"key", "mac"} and isinstance(mac["key"], str)
+                    and _KEY_ID.match(mac["key"]) and isinstance(mac["mac"], str) and _HEX64.match(mac["mac"])):
+                _fail("hmac", "the signature is not {key: 16 hex digits, mac: 64 hex digits}")
+        if block is not None and obj["block"] != block:
+            _fail("block", f"the manifest is of block {obj['block']!r}, its file of {block!r}")
+        if (epoch, occurrence) != (None, None) or block is not None:
+            if obj.get("epoch") != epoch or obj["occurrence"] != (occurrence or 0):
+                _fail("epoch", f"the manifest is of epoch {obj.get('epoch')} (occurrence {obj['occurrence']}), "
+                      f"its file of epoch {epoch} (occurrence {occurrence or 0})")
+    except _Bad as exc:
+        raise CheckpointError(f"checkpoint manifest {where} is damaged ({exc}); that checkpoint cannot be "
+                              "used (`flor verify NAME` lists every problem)") from None
+    if check_sum:
+        actual = hashlib.sha256(canonical_bytes(obj)).hexdigest()
+        if actual != obj["sha256"]:
+            raise CheckpointError(
+                f"checkpoint manifest {where} was changed after it was written: its content hashes to "
+                f"{actual[:16]}..., its checksum says {obj['sha256'][:16]}...; that checkpoint cannot be used")
+    return obj

@@ -1,0 +1,115 @@
+"""The user's own key, and the HMAC that lets a replay load pickled leaves it wrote itself.
+
+A pickle can run code when loaded, and anyone who can write to a shared store or bucket can
+plant one. So a replay loads a pickled leaf only from a manifest signed with this user's key
+(HMAC-SHA256 over the manifest's canonical bytes, which name each pickle's SHA-256), or when
+the user opts in with ``--flor_trust_pickles`` / ``FLOR_TRUST_PICKLES=1``.
+
+The key is 32 random bytes, hex, in ``key`` under flor's config directory
+(``FLOR_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/flor``, else ``~/.config/flor``), created
+with mode 0600 the first time a recording pickles a leaf. A team may share it deliberately:
+copying the file to a colleague lets their replays load the pickles of your recordings.
+A key file that others may write is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from ..errors import ConfigError, warn
+
+__all__ = ["KEY_FILE", "key_file", "key_id", "load_key", "signer", "verify"]
+
+KEY_FILE = "key"
+
+
+def key_file(config_dir: Path) -> Path:
+    """Where the key lives in ``config_dir`` (``Settings.config_dir``)."""
+    return Path(config_dir) / KEY_FILE
+
+
+def key_id(key: bytes) -> str:
+    """A short, public name of a key (16 hex digits), written beside each signature."""
+    return hashlib.sha256(b"flor key id:" + key).hexdigest()[:16]
+
+
+def _read(path: Path) -> bytes:
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"flor's key {path} is not a regular file; remove it (a new key is made on first use)")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"flor's key {path} may be written by others (mode {stat.S_IMODE(st.st_mode):o}); "
+                          f"make it private: chmod 600 {path}")
+    text = path.read_text(encoding="ascii", errors="replace").strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise ConfigError(f"flor's key {path} is not 64 hex digits; restore it from where it was shared, "
+                          "or remove it (recordings signed with it then need --flor_trust_pickles)")
+    return key
+
+
+def load_key(config_dir: Path, *, create: bool = False) -> bytes | None:
+    """The key in ``config_dir``; made (mode 0600, its folder 0700) when ``create`` and there is
+    none; None when there is none and ``create`` is False."""
+    path = key_file(config_dir)
+    if not path.exists():
+        if not create:
+            return None
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(secrets.token_hex(32) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:  # whole before anyone sees it; fails if another process made one first: use theirs
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    return _read(path)
+
+
+def signer(config_dir: Path):
+    """A function ``sign(canonical_bytes) -> {"key", "mac"}`` with the key in ``config_dir``
+    (made on first use); None, with a warning, when no key can be made or read."""
+
+    def sign(data: bytes) -> dict | None:
+        try:
+            key = load_key(config_dir, create=True)
+        except (OSError, ConfigError) as exc:  # a recording goes on unsigned: its replay then needs the opt-in
+            warn(f"cannot sign checkpoints with a key in {config_dir} ({exc}); a replay will load their pickled "
+                 "leaves only with --flor_trust_pickles")
+            return None
+        assert key is not None  # create=True makes one or raises
+        return {"key": key_id(key), "mac": hmac.new(key, data, hashlib.sha256).hexdigest()}
+
+    return sign
+
+
+def verify(mac: object, data: bytes, config_dir: Path) -> str | None:
+    """None when ``mac`` (a manifest's ``hmac`` field) signs ``data`` with the key in
+    ``config_dir``; else why not, in words."""
+    if not isinstance(mac, dict) or not isinstance(mac.get("mac"), str):
+        return "its manifest is not signed"
+    try:
+        key = load_key(config_dir)
+    except (ConfigError, OSError) as exc:
+        return f"this machine's key cannot be read ({exc})"
+    if key is None:
+        return f"this machine has no key ({key_file(config_dir)} does not exist)"
+    if mac.get("key") != key_id(key):
+        return f"it was signed with another key (id {str(mac.get('key'))[:16]}, this machine's is {key_id(key)})"
+    if not hmac.compare_digest(mac["mac"], hmac.new(key, data, hashlib.sha256).hexdigest()):
+        return "its signature does not match its content (the manifest was changed after it was signed)"
+    return None
