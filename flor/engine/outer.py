@@ -1,0 +1,386 @@
+"""Outer-loop state: the plain-data variables of the frame that iterates ``flor.it``.
+
+Scripts keep state in the epoch loop itself, outside the objects given to ``SkipBlock.end``:
+a best validation loss, a patience counter, an EMA of the loss, a sample counter, a learning
+rate set by hand. A replay worker that starts mid-run skips the epochs before its segment,
+so without help it would start that state fresh. The recording therefore notes, at the end
+of each epoch, the variables of the loop's frame (module globals for a top-level loop, the
+function's locals for a loop inside a function) that are plain data: numbers, strings,
+bools, None, NumPy and 0-d tensor scalars, and small tuples, lists and dicts of them. A
+worker that starts at epoch ``a > 0`` restores the values noted after epoch ``a - 1`` before
+its first epoch runs.
+
+What is not plain data (a list past ``MAX_ITEMS`` items, a dict of tensors, any object) and
+was bound before the loop and changed in it is *named* instead: the worker says which
+variables it could not restore and how to fix that (pass them to ``end()``, or replay with
+``--flor_strong``). Locals of a function are written back with ``PyFrame_LocalsToFast`` up
+to Python 3.12 and through the write-through ``frame.f_locals`` of PEP 667 from 3.13;
+where neither exists, they are named too.
+
+One JSON line per epoch goes to ``logs/outer-state.jsonl``; values are tagged so that a
+tuple comes back a tuple and a float32 scalar a float32 scalar. The file is untrusted input
+when replayed: a line that does not decode is ignored, a value that does not decode is
+named, and nothing in it can run code.
+"""
+
+from __future__ import annotations
+
+import dis
+import json
+import sys
+import types
+from pathlib import Path
+from types import FrameType
+from typing import Any, Iterable
+
+__all__ = ["LoopFrame", "NotPlain", "OuterStateWriter", "decode", "encode", "left_normally", "loop_targets", "read_outer_state"]
+
+#: the most scalars one variable may hold (all its containers together), and string length
+MAX_ITEMS = 256
+MAX_STR = 4096
+MAX_DEPTH = 4
+#: the most variables noted per epoch (a notebook's globals can be many)
+MAX_VARS = 512
+
+CO_OPTIMIZED = 0x1  # a function's frame: fast locals
+_SCALARS = (int, float, str, bool, type(None))
+_STORES = {"STORE_NAME", "STORE_FAST", "STORE_GLOBAL", "STORE_DEREF", "UNPACK_SEQUENCE", "UNPACK_EX"}
+_SKIP_NAMES = {"_", "__", "___"}
+_NUMBERS = (int, float, bool, type(None))
+_CONTAINERS = (str, list, tuple, dict)
+
+
+class NotPlain(Exception):
+    """The value is not plain data flor can note (or is too big)."""
+
+
+def encode(value: Any) -> Any:
+    """A JSON form of a plain-data ``value`` that ``decode`` turns back into an equal value
+    of the same type; raises ``NotPlain`` for anything else or anything too big.
+
+    >>> encode(3), encode((1, "a")), encode({"k": [0.5, None]})
+    (3, {'t': [1, 'a']}, {'d': [['k', {'l': [0.5, None]}]]})
+    >>> decode(encode((1, {"k": [0.5, True]}))) == (1, {"k": [0.5, True]})
+    True
+    """
+    budget = [MAX_ITEMS]
+    return _encode(value, budget, 0)
+
+
+def _encode(value: Any, budget: list[int], depth: int) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        raise NotPlain("too big")
+    kind = type(value)
+    if kind in _SCALARS:
+        if kind is str and len(value) > MAX_STR:
+            raise NotPlain("string too long")
+        return value
+    if kind is list or kind is tuple:
+        return {"l" if kind is list else "t": [_encode(v, budget, depth + 1) for v in value]}
+    if kind is dict:
+        return {"d": [[_encode(k, budget, depth + 1), _encode(v, budget, depth + 1)] for k, v in value.items()]}
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.generic) and kind.__module__ == "numpy":
+        item = value.item()
+        if type(item) not in _SCALARS or isinstance(item, str):
+            raise NotPlain("numpy scalar of an odd dtype")
+        return {"np": value.dtype.str, "v": item}
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.dim() != 0 or value.is_sparse or value.dtype.is_complex:
+            raise NotPlain("a tensor that is not a 0-d real scalar")
+        return {"pt": str(value.dtype).removeprefix("torch."), "v": value.item(), "dev": str(value.device)}
+    raise NotPlain(kind.__name__)
+
+
+def decode(node: Any) -> Any:
+    """The value ``encode`` wrote; raises ``ValueError`` on anything it never writes."""
+    if type(node) in _SCALARS:
+        return node
+    if not isinstance(node, dict) or len(node) not in (1, 2, 3):
+        raise ValueError(f"not an encoded value: {node!r:.60}")
+    if "l" in node and isinstance(node["l"], list):
+        return [decode(v) for v in node["l"]]
+    if "t" in node and isinstance(node["t"], list):
+        return tuple(decode(v) for v in node["t"])
+    if "d" in node and isinstance(node["d"], list):
+        out = {}
+        for pair in node["d"]:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError("a dict entry is not a [key, value] pair")
+            key = decode(pair[0])
+            if not isinstance(key, (int, float, str, bool, tuple, type(None))):
+                raise ValueError(f"unhashable dict key {key!r:.60}")
+            out[key] = decode(pair[1])
+        return out
+    if "np" in node and type(node.get("v")) in (int, float, bool):
+        import numpy as np
+
+        dtype = np.dtype(str(node["np"]))
+        if dtype.kind not in "biuf":  # what encode writes: booleans, integers, floats
+            raise ValueError(f"not a numeric numpy dtype: {node['np']!r:.40}")
+        return dtype.type(node["v"])
+    if "pt" in node and type(node.get("v")) in (int, float, bool):
+        import torch
+
+        dtype = getattr(torch, str(node["pt"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown torch dtype {node['pt']!r:.40}")
+        device = str(node.get("dev", "cpu"))
+        if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
+            device = "cpu"
+        return torch.tensor(node["v"], dtype=dtype, device=device)
+    raise ValueError(f"not an encoded value: {node!r:.60}")
+
+
+def left_normally(frame: FrameType | None) -> bool:
+    """Whether ``frame`` is leaving its ``for`` loop by ``break`` or ``return`` (not by an
+    exception): called while the loop's iterator is being closed.
+
+    CPython pops the iterator with ``POP_TOP`` on a ``break`` or ``return``; while an
+    exception unwinds, the frame still points at the instruction that raised.
+    """
+    if frame is None:
+        return False
+    try:
+        for ins in dis.get_instructions(frame.f_code):
+            if ins.offset == frame.f_lasti:
+                return ins.opname == "POP_TOP"
+    except (TypeError, ValueError):
+        pass
+    return False
+
+
+def loop_targets(frame: FrameType) -> set[str]:
+    """The names a ``for`` statement at ``frame``'s current ``FOR_ITER`` binds (the loop
+    variable, or each name of ``for i, (a, b) in ...``)."""
+    names: set[str] = set()
+    try:
+        found = False
+        for ins in dis.get_instructions(frame.f_code):
+            if not found:
+                found = ins.offset == frame.f_lasti and ins.opname == "FOR_ITER"
+                continue
+            if ins.opname in ("CACHE", "EXTENDED_ARG"):
+                continue
+            if ins.opname not in _STORES:
+                break
+            if ins.opname.startswith("STORE"):
+                names.add(ins.argval)
+    except (TypeError, ValueError):
+        pass
+    return names
+
+
+def _skipped(name: str) -> bool:
+    return name in _SKIP_NAMES or (name.startswith("__") and name.endswith("__"))
+
+
+class LoopFrame:
+    """The frame that iterates ``flor.it``: read at epoch boundaries, written back in a replay."""
+
+    def __init__(self, frame: FrameType) -> None:
+        self.frame: FrameType | None = frame
+        self.function = bool(frame.f_code.co_flags & CO_OPTIMIZED)
+        self.where = f"{frame.f_code.co_name}()" if self.function else "the module"
+        self.targets: set[str] = set()
+        self.before: dict[str, tuple[int, int | None]] = {}  # non-plain variables at the loop's start
+        self.changed: set[str] = set()  # ... that the loop rebound or resized
+        self.too_many = False
+        self.ignored: set[str] = set()  # dunders and the loop variable
+        self.static: dict[str, int] = {}  # name -> id of the module, function or class it held at the start
+        self.opaque: set[type] = set()  # types that are never plain data (checked once per type)
+
+    def variables(self) -> dict[str, Any]:
+        frame = self.frame
+        if frame is None:
+            return {}
+        return frame.f_locals if self.function else frame.f_globals
+
+    def start(self) -> None:
+        """At the loop's first step: the loop variable, and the non-plain variables bound
+        before the loop (they are state the loop may change)."""
+        if self.frame is None:
+            return
+        self.targets = loop_targets(self.frame)
+        for name, value in list(self.variables().items()):
+            if _skipped(name) or name in self.targets:
+                self.ignored.add(name)
+            elif not _state_like(value):
+                self.static[name] = id(value)  # an import, a def: skipped cheaply while it stays
+            elif type(value) not in _SCALARS:
+                self.before[name] = _fingerprint(value)
+        self.ignored |= self.targets
+
+    def capture(self, passed: Iterable[int] = ()) -> dict[str, Any]:
+        """``{"vars": {name: encoded}, "unrestorable": [names]}`` of the frame now."""
+        out: dict[str, Any] = {}
+        passed = set(passed)
+        ignored, static = self.ignored, self.static
+        for name, value in list(self.variables().items()):
+            if name in ignored:
+                continue
+            kind = type(value)
+            if kind in _NUMBERS:  # the common case, without a call
+                out[name] = value
+                continue
+            if static.get(name) == id(value):
+                continue
+            if _skipped(name):  # bound inside the loop
+                ignored.add(name)
+                continue
+            if kind in self.opaque:
+                self._not_plain(name, value, passed)
+                continue
+            if kind not in _CONTAINERS and not _scalar_like(value):
+                if not _maybe_scalar(kind):
+                    self.opaque.add(kind)  # a model, a loader, a Namespace: never plain data
+                self._not_plain(name, value, passed)
+                continue
+            try:
+                out[name] = encode(value)
+            except NotPlain:
+                self._not_plain(name, value, passed)
+            except Exception:  # noqa: BLE001 - an odd value (a tensor whose item() fails) is just not noted
+                continue
+            if len(out) >= MAX_VARS:
+                self.too_many = True
+                break
+        return {"vars": out, "unrestorable": sorted(self.changed - out.keys())}
+
+    def _not_plain(self, name: str, value: Any, passed: set[int]) -> None:
+        """``name`` holds what cannot be noted: named when it was there before the loop and the
+        loop rebound or resized it (and it is not given to ``end()``)."""
+        was = self.before.get(name)
+        if was is not None and id(value) not in passed and _fingerprint(value) != was:
+            self.changed.add(name)
+
+    def restore(self, values: dict[str, Any]) -> list[str]:
+        """Write ``values`` into the frame; return the names that could not be written."""
+        frame = self.frame
+        if frame is None or not values:
+            return []
+        current = self.variables()
+        # a name the script now binds to something that is not plain data is left alone
+        values = {k: v for k, v in values.items() if k not in current or _plain_now(current[k])}
+        if not self.function:
+            frame.f_globals.update(values)
+            return []
+        code = frame.f_code
+        local_names = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
+        skipped = sorted(k for k in values if k not in local_names)
+        values = {k: v for k, v in values.items() if k in local_names}
+        if sys.version_info >= (3, 13):  # PEP 667: f_locals writes through
+            proxy = frame.f_locals
+            for k, v in values.items():
+                proxy[k] = v
+            return skipped
+        try:
+            import ctypes
+
+            to_fast = ctypes.pythonapi.PyFrame_LocalsToFast
+        except (ImportError, AttributeError):
+            return sorted(values) + skipped
+        frame.f_locals.update(values)
+        to_fast(ctypes.py_object(frame), ctypes.c_int(0))
+        return skipped
+
+    def close(self) -> None:
+        self.frame = None  # a function's frame keeps its locals alive: let go after the loop
+
+
+def _maybe_scalar(kind: type) -> bool:
+    """Whether values of ``kind`` may be plain data: the containers, NumPy scalars, tensors (0-d ones)."""
+    if kind in _CONTAINERS:
+        return True
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    return bool(np is not None and issubclass(kind, np.generic) or torch is not None and issubclass(kind, torch.Tensor))
+
+
+def _scalar_like(value: Any) -> bool:
+    """A NumPy scalar or a 0-d tensor (checked without importing either)."""
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.generic):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor) and value.dim() == 0
+
+
+def _plain_now(value: Any) -> bool:
+    try:
+        encode(value)
+        return True
+    except NotPlain:
+        return False
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _state_like(value: Any) -> bool:
+    """Data that a loop may carry (not a module, function, class or method)."""
+    return not isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
+                                  types.MethodType))
+
+
+def _fingerprint(value: Any) -> tuple[int, int | None]:
+    """Identity, and size for the builtin containers (another object's ``__len__`` is not ours to call)."""
+    return id(value), len(value) if isinstance(value, (list, dict, tuple, set, frozenset, bytearray)) else None
+
+
+# -- the file ------------------------------------------------------------------------------
+
+
+class OuterStateWriter:
+    """Appends one line per epoch; never raises into training."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: Any = None
+        self.failed: str | None = None
+
+    def write(self, epoch: int, state: dict[str, Any]) -> None:
+        if self.failed is not None:
+            return
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "a", encoding="utf-8")
+            self._file.write(json.dumps({"epoch": epoch, **state}, separators=(",", ":"), allow_nan=True) + "\n")
+            self._file.flush()
+        except (OSError, ValueError, TypeError) as exc:
+            self.failed = str(exc)
+            from ..errors import warn
+
+            warn(f"writing the outer-loop state to {self.path} failed ({exc}); a replay worker that starts "
+                 "mid-run will name the variables it cannot restore")
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+
+
+def read_outer_state(path: Path, epoch: int) -> dict[str, Any] | None:
+    """The state noted at the end of ``epoch`` (``{"vars": ..., "unrestorable": [...]}``,
+    values still encoded), or None when there is none or its line is damaged."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("epoch") == epoch and isinstance(rec.get("vars"), dict):
+            found = rec  # the last one wins (a resumed recording appends again)
+    if found is None:
+        return None
+    unrestorable = found.get("unrestorable")
+    found["unrestorable"] = [str(n) for n in unrestorable] if isinstance(unrestorable, list) else []
+    return found

@@ -1,0 +1,249 @@
+"""The small things around the loop that users trip over: a scheduler left out of ``end()``
+(warned at record time), an ``end()`` that no longer fits its checkpoint (named on replay),
+the "changed by more than logging" note (logging edits do not trigger it; each note once),
+``len(flor.it(...))`` for tqdm, and ``flor replay`` output (bars collapsed, one summary).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, Runner
+from flor.engine import objects
+from flor.launch.output import WorkerOutput, clean
+from flor.verify import non_logging_changes
+
+# toy.py with its loop counted: `len(flor.it(...))` printed before the loop
+COUNTED = {"for epoch in flor.it(range(args.epochs)):": "loop = flor.it(range(args.epochs))\n"
+                                                       "print('LEN', len(loop))\n"
+                                                       "for epoch in loop:"}
+EPOCHS = 5
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory) -> tuple[Runner, subprocess.CompletedProcess]:
+    """The counted toy.py recorded once (``toy``); the recording's own output with it."""
+    r = Runner(tmp_path_factory.mktemp("hygiene"))
+    return r, r.run(r.script(edits=COUNTED, dest="counted.py"), "--epochs", str(EPOCHS), "--flor", "toy")
+
+
+def replay(r: Runner, edits: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """A replay of ``toy`` by the counted script with ``edits``."""
+    script = r.script(edits={**COUNTED, **edits}, dest="edited.py")
+    return r.run(script, "--epochs", str(EPOCHS), "--flor", "toy", "--replay_flor", *args, check=check)
+
+
+# -- forgotten objects at record time ---------------------------------------------------
+
+NO_SCHEDULER = {"net, optimizer, scheduler, step = flor.SkipBlock.end(net, optimizer, scheduler, step)":
+                "net, optimizer, step = flor.SkipBlock.end(net, optimizer, step)"}
+FORGOT = "was not given `scheduler`"
+
+
+def test_a_forgotten_scheduler_is_warned_once(runner: Runner):
+    proc = runner.run(runner.script(edits=NO_SCHEDULER), "--epochs", "3", "--flor", "toy")
+    assert proc.stderr.count(FORGOT) == 1, proc.stderr
+    assert "torch.optim.lr_scheduler.OneCycleLR" in proc.stderr
+    assert "pass it to SkipBlock.end(..., scheduler)" in proc.stderr
+
+
+def test_a_passed_scheduler_is_not_warned(rec):
+    _, recording = rec
+    assert "was not given" not in recording.stderr, recording.stderr
+
+
+def _training_objects():
+    net = torch.nn.Linear(3, 1)
+    opt = torch.optim.AdamW(net.parameters(), lr=0.1)
+    return net, opt
+
+
+def test_the_check_reads_the_locals_of_a_loop_in_a_function():
+    def main() -> None:
+        net, opt = _training_objects()
+        warmup = torch.optim.lr_scheduler.LinearLR(opt)  # noqa: F841 - found by name in this frame
+        scaler = torch.amp.GradScaler("cpu")  # noqa: F841
+        objects.warn_forgotten("train", (net, opt))
+
+    with pytest.warns(RuntimeWarning) as caught:
+        main()
+    said = sorted(str(w.message) for w in caught)
+    assert len(said) == 2
+    assert "`scaler` (a torch.amp.grad_scaler.GradScaler" in said[0]
+    assert "`warmup` (a torch.optim.lr_scheduler.LinearLR, the LR scheduler of the optimizer" in said[1]
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("scheduler of another optimizer", []),
+    ("no optimizer given", []),
+    ("scheduler inside a list given", []),
+    ("disabled scaler", []),
+    ("forgotten scheduler", ["sched"]),
+])
+def test_what_counts_as_forgotten(case, expected):
+    net, opt = _training_objects()
+    other = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    variables = {"net": net, "opt": opt, "epochs": 3, "name": "x"}
+    given: tuple = (net, opt)
+    if case == "scheduler of another optimizer":
+        variables["sched"] = torch.optim.lr_scheduler.StepLR(other, 1)
+    elif case == "no optimizer given":
+        variables["sched"] = torch.optim.lr_scheduler.StepLR(opt, 1)
+        given = (net,)
+    elif case == "scheduler inside a list given":
+        variables["sched"] = torch.optim.lr_scheduler.StepLR(opt, 1)
+        given = (net, [opt, variables["sched"]])
+    elif case == "disabled scaler":
+        variables["scaler"] = torch.amp.GradScaler("cpu", enabled=False)
+    else:
+        variables["sched"] = torch.optim.lr_scheduler.StepLR(opt, 1)
+    assert [name for name, _, _ in objects.forgotten(given, variables)] == expected
+
+
+# -- an end() that does not fit its checkpoint --------------------------------------------
+
+def test_replay_names_the_missing_object_by_type_and_position(rec):
+    proc = replay(rec[0], NO_SCHEDULER, check=False)
+    assert proc.returncode != 0
+    assert ("SkipBlock.end('training_loop') was given 3 objects at epoch 0, the recording had 4: position 2 was "
+            "a torch.optim.lr_scheduler.OneCycleLR (missing now); pass the same objects, in the same order") \
+        in proc.stderr, proc.stderr
+
+
+def test_an_extra_object_is_named_too():
+    recorded = [{"t": "stateful", "cls": "torch.nn.modules.linear.Linear"}, 7]
+    net = torch.nn.Linear(2, 1)
+    text = objects.arity_message("b", 3, recorded, (net, torch.optim.SGD(net.parameters(), lr=0.1), 8))
+    assert "was given 3 objects at epoch 3, the recording had 2: position 1 is a torch.optim.sgd.SGD " \
+           "(not in the recording)" in text
+
+
+# -- the "changed by more than logging" check ----------------------------------------------
+
+BASE = """\
+import logging
+import torch, flor
+log = logging.getLogger(__name__)
+for epoch in flor.it(range(3)):
+    if flor.SkipBlock.step_into("train"):
+        loss = step(net)
+    net = flor.SkipBlock.end(net)
+    acc = evaluate(net)
+"""
+
+
+@pytest.mark.parametrize("old, new, changed", [
+    (BASE, BASE.replace('step_into("train")', 'step_into("train", probed=True)'), False),
+    (BASE, BASE.replace("        loss = step(net)\n", "        loss = step(net)\n"
+                        "        gn = net.weight.grad.norm().item()  # used only by the log\n"
+                        "        flor.log('grad_norm', gn)\n"), False),
+    (BASE, BASE + "    print(f'{epoch} {acc}')\n    logging.info('acc %s', acc)\n    log.warning('x')\n", False),
+    (BASE, BASE + "    if epoch % 2 == 0:\n        print(acc)\n", False),
+    (BASE, BASE.replace("acc = evaluate(net)", "acc = flor.log('acc', evaluate(net))"), False),
+    (BASE, BASE + "    wandb.log({'acc': acc})\n    writer.add_scalar('acc', acc, epoch)\n", False),
+    (BASE, BASE.replace("loss = step(net)", "loss = step(net, lr=0.1)"), True),  # training changed
+    (BASE, BASE + "    acc = acc * 2\n    print(acc)\n", True),  # rebinds a value the script uses
+    (BASE, BASE + "    net.weight.data.zero_()\n", True),
+    (BASE, BASE + "    torch.log(acc)\n", True),  # torch.log is math, not logging
+], ids=["probed", "assignment-for-a-log", "print-logging-logger", "if-only-prints", "flor.log-wraps-value",
+        "trackers", "training-arg", "rebinds-used-value", "mutates-object", "torch.log"])
+def test_what_counts_as_logging(old, new, changed):
+    assert non_logging_changes(old, new) is changed
+
+
+def test_the_readme_probed_edit_is_logging():
+    cnn = (ROOT / "examples" / "cnn.py").read_text()
+    for edited in ("cnn_probed.py", "cnn_hindsight.py"):
+        assert not non_logging_changes(cnn, (ROOT / "examples" / edited).read_text()), edited
+
+
+# the README's kind of hindsight edit: a probed block, a value computed for a log, prints and logging
+LOGGING_ONLY = {'step_into("training_loop")': 'step_into("training_loop", probed=True)',
+                "            # INNER": '            gn = float(sum(p.grad.norm() for p in net.parameters()))\n'
+                                      '            flor.log("gn", gn, step=step)',
+                "    # OUTER": '    print("outer", epoch)\n    logging.info("acc %s", acc)',
+                "import random\n": "import logging\nimport random\n"}
+
+
+@pytest.mark.parametrize("edits, notes", [
+    (LOGGING_ONLY, 0),
+    ({"    # OUTER": "    optimizer.zero_grad()  # not logging (harmless: the block zeroes them first)"}, 1),
+], ids=["probed-and-logging-edit", "training-change"])
+def test_the_note_is_printed_once_and_only_for_real_changes(rec, edits, notes):
+    proc = replay(rec[0], edits)
+    assert proc.stderr.count("changed by more than logging") == notes, proc.stderr
+    assert "flor: replay verified exact" in proc.stderr
+
+
+# -- len(flor.it(...)) ----------------------------------------------------------------------
+
+def epochs_run(out: str) -> list[int]:
+    return [int(m) for m in re.findall(r"^epoch (\d+) acc", out, re.M)]
+
+
+def test_flor_it_has_a_length_inert_and_recording(rec):
+    r, recording = rec
+    inert = r.run(r.cwd / "counted.py", "--epochs", str(EPOCHS)).stdout
+    for out in (inert, recording.stdout):
+        assert f"LEN {EPOCHS}\n" in out and epochs_run(out) == list(range(EPOCHS)), out
+
+
+def test_flor_it_has_the_length_of_a_replay_workers_epochs(rec):
+    """Worker 1/2 of 5 epochs: initialization epoch 1, then its segment 2-4: four epochs."""
+    out = replay(rec[0], {}, "1/2").stdout
+    assert epochs_run(out) == [1, 2, 3, 4] and "LEN 4\n" in out, out
+
+
+# -- flor replay output -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("line, shown", [
+    ("epoch 3 acc 0.5\n", "epoch 3 acc 0.5"),
+    ("\repochs:   0%|          | 0/8 [00:00<?, ?it/s]\repochs:  12%|#2        | 1/8 [00:00<00:01, 6.1it/s]\n", None),
+    ("\repochs: 3it [00:00, 82.43it/s, loss=0.3]epoch 3 acc 0.5\n", "epoch 3 acc 0.5"),
+    ("\repoch 4:   6%|6         | 1/16 [00:00<00:00, 532.75it/s]\x1b[A\n", None),
+    ("\n", None),
+    ("loading 100%\n", "loading 100%"),
+], ids=["plain", "redraws", "bar-then-print", "nested-bar", "blank", "percent-not-a-bar"])
+def test_progress_bar_redraws_are_not_lines(line, shown):
+    assert clean(line) == shown
+
+
+def test_notes_once_and_no_worker_summary():
+    said: set[str] = set()
+    w0, w1 = WorkerOutput("R1", said), WorkerOutput("R1", said)
+    assert w0.show("flor: the script changed\n") == "flor: the script changed"
+    assert w1.show("flor: the script changed\n") is None
+    assert w1.show("flor: replay R1 of toy run X, worker 1/2: epochs 3-5\n") is None
+    assert w1.show("  logs: 3 values\n") is None
+    assert w1.show("flor: replay verified exact: 3 blocks restored\n") is None
+    assert w1.show("after the summary\n") == "after the summary"
+    assert w0.notes() == {"the script changed"}
+
+
+def test_flor_replay_shows_lines_not_redraws_and_one_summary(runner: Runner):
+    """8 epochs of a tqdm script, 2 workers, a probed replay (inner bars redraw) with a small
+    change to the script that both workers note. Before this, the output had 327 lines."""
+    recording = runner.run(runner.script("tqdm_loop.py"), "--flor", "tq")
+    assert "8/8" in recording.stderr.replace("\r", "\n")  # tqdm(flor.it(range(8))) has a total
+    runner.script("tqdm_loop.py", dest="edited.py", edits={
+        'step_into("training_loop")': 'step_into("training_loop", probed=True)',
+        "            # INNER": '            flor.log("loss", loss.item())',
+        "    # OUTER": "    optimizer.zero_grad()  # not logging: both workers say so",
+    })
+    proc = subprocess.run([sys.executable, "-m", "flor", "replay", "tq", "--workers", "2", "--", sys.executable,
+                           "edited.py"], cwd=runner.cwd, env=runner.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert len(lines) < 40, "\n".join(lines)
+    assert sum("replay verified exact" in x for x in lines) == 1
+    assert sum("changed by more than logging" in x for x in lines) == 1
+    assert not any("%|" in x or "it/s" in x for x in lines)
+    assert all(f"[w{w}] epoch {e} acc" in proc.stdout for w, e in ((0, 0), (0, 3), (1, 4), (1, 7)))
+    # each worker's own summary is kept in its files
+    run_dir = next((runner.home / "tq" / "runs").iterdir())
+    assert len(list((run_dir / "logs").glob("replay-*.summary.json"))) == 2
