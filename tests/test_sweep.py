@@ -1,0 +1,152 @@
+"""``flor replay NAME --all``: a 2 learning rates x 2 seeds sweep, two runs recorded with an
+older script (another augmentation), replayed in one command with today's new metrics; every
+value equals a full re-execution of that run's own script version with the metrics added.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from conftest import Runner
+from flor.store.runlogs import read_run_logs
+
+EPOCHS = "3"
+AUG = "xb = xb + 0.01 * torch.from_numpy"
+OLDER = {}  # toy.py as it is: noise 0.01
+CURRENT = {AUG: "xb = xb + 0.03 * torch.from_numpy"}  # the training code changed since
+# today's logging: a per-epoch metric in the outer loop, a per-step one in the probed block
+TODAY = {**CURRENT,
+         'step_into("training_loop")': 'step_into("training_loop", probed=True)',
+         "            # INNER": '            flor.log("batch_loss", loss.item())',
+         "    # OUTER": '    flor.log("wnorm", float(sum(p.detach().double().norm() for p in net.parameters())))'}
+NEW_METRICS = ("batch_loss", "wnorm")
+# a full re-execution prints every value flor.log is given (flor itself is inert there)
+PRINT_LOGS = {"import flor\n": "import flor\nflor.log = lambda n, v, step=None: (print('HS', n, repr(v)), v)[1]\n"}
+SWEEP = [("0.01", "0"), ("0.01", "1"), ("0.05", "0"), ("0.05", "1")]
+
+
+def _printed(proc: subprocess.CompletedProcess) -> dict[str, list]:
+    out = defaultdict(list)
+    for line in proc.stdout.splitlines():
+        if line.startswith("HS "):
+            _, name, value = line.split(" ", 2)
+            out[name].append(eval(value))  # repr of a float: exact
+    return out
+
+
+def _replayed(r: Runner, name: str, run: str) -> dict[str, list]:
+    out = defaultdict(list)
+    for x in read_run_logs(r.home / name / "runs" / run, run):
+        if x["source"] == "replay":
+            out[x["name"]].append(x["value"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    r = Runner(tmp_path_factory.mktemp("sweep"))
+    for i, (lr, seed) in enumerate(SWEEP):  # two runs with the older script, two with the current one
+        r.script(edits=OLDER if i < 2 else CURRENT, dest="train.py")
+        r.run(r.cwd / "train.py", "--epochs", EPOCHS, "--lr", lr, "--seed", seed, "--flor", "sweep")
+    runs = sorted(p.name for p in (r.home / "sweep" / "runs").iterdir())
+    full = {}  # each run's own version with today's metrics, run in full without flor
+    for i, (lr, seed) in enumerate(SWEEP):
+        edits = {**TODAY, **PRINT_LOGS}
+        if i < 2:
+            edits.pop(AUG)
+        full[runs[i]] = _printed(r.run(r.script(edits=edits, dest=f"full{i}.py"), "--epochs", EPOCHS,
+                                       "--lr", lr, "--seed", seed))
+    r.script(edits=TODAY, dest="train.py")
+    proc = subprocess.run([sys.executable, "-m", "flor", "replay", "sweep", "--all", "--workers", "2", "--",
+                           sys.executable, "train.py"], cwd=r.cwd, env=r.env(), capture_output=True, text=True,
+                          timeout=600)
+    return r, runs, full, proc
+
+
+def test_one_command_replays_every_run_with_its_own_script_version(sweep):
+    r, runs, full, proc = sweep
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for run in runs:
+        got, want = _replayed(r, "sweep", run), full[run]
+        for name in NEW_METRICS:
+            assert len(want[name]) == (3 * 6 if name == "batch_loss" else 3)
+            assert got[name] == want[name], (run, name)
+        assert got["acc"] == want["acc"]  # verified against the recording too
+    # the older runs really trained differently: the same seed and lr, other values
+    assert full[runs[0]]["batch_loss"] != _replayed(r, "sweep", runs[2])["batch_loss"]
+    # one table: run, hyperparameters, script version, verdict, the last hindsight values
+    table = proc.stdout
+    head = next(line for line in table.splitlines() if line.startswith("run "))
+    assert head.split() == ["run", "lr", "seed", "script", "verdict", "batch_loss", "wnorm"]
+    for i, run in enumerate(runs):
+        row = next(line for line in table.splitlines() if line.startswith(run))
+        assert ("(recorded+log)" if i < 2 else "(today)") in row and "verified exact" in row
+        assert f"{full[run]['wnorm'][-1]:.6g}" in row
+    assert "flor: sweep: 4 replayed; exit status 0" in table
+    assert "[r0 w0]" in proc.stdout  # the workers' output, named by run
+    # the transplanted script is kept with the run, and flor logs says which version each value came from
+    kept = list((r.home / "sweep" / "runs" / runs[0] / "transplants").glob("*/train.py"))
+    assert len(kept) == 1 and "0.01 * torch" in kept[0].read_text() and "batch_loss" in kept[0].read_text()
+    logs = [json.loads(x) for x in r.flor("logs", "sweep", "--run", runs[0]).stdout.splitlines() if x.strip()]
+    meta = json.loads((r.home / "sweep" / "runs" / runs[0] / "run.json").read_text())
+    assert {x["script"] for x in logs if x["source"] == "record"} == {meta["script_sha256"][:12]}
+    assert {x["script"] for x in logs if x["source"] == "replay"} == {kept[0].parent.name}
+
+
+def test_compare_ranks_the_sweep_on_a_hindsight_metric(sweep):
+    r, runs, full, _ = sweep
+    out = r.flor("compare", "sweep", "--by", "lr", "--metric", "wnorm").stdout
+    assert "wnorm: final value of each run, grouped by lr" in out and "4 runs" in out
+    for lr in ("0.01", "0.05"):
+        mine = [full[run]["wnorm"][-1] for run, (l, _) in zip(runs, SWEEP) if l == lr]
+        row = next(line for line in out.splitlines()[2:] if line.split()[1] == lr)
+        assert f"{sum(mine) / 2:.5g}" in row
+
+
+def test_dry_run_prints_each_older_runs_patch(sweep):
+    r, runs, _, _ = sweep
+    out = r.flor("replay", "sweep", "--all", "--dry-run", "--", sys.executable, "train.py").stdout
+    assert f"run {runs[0]} (epochs=3 lr=0.01 seed=0): recorded script + today's logging" in out
+    assert f"run {runs[2]} (epochs=3 lr=0.05 seed=0): today's script" in out
+    assert "+            flor.log('batch_loss', loss.item())" in out and '+    flor.log(\'wnorm\'' in out
+    assert out.count("--- a/train.py") == 2
+
+
+def test_a_run_whose_logging_cannot_be_placed_is_skipped_and_the_others_go_on(tmp_path):
+    r = Runner(tmp_path)
+    r.script(edits={"            step += 1": "            step = step + 1"}, dest="train.py")  # the anchor, changed
+    r.run(r.cwd / "train.py", "--epochs", "2", "--flor", "mixed")
+    r.script(edits=CURRENT, dest="train.py")
+    r.run(r.cwd / "train.py", "--epochs", "2", "--flor", "mixed")
+    runs = sorted(p.name for p in (r.home / "mixed" / "runs").iterdir())
+    r.script(edits=TODAY, dest="train.py")
+    proc = subprocess.run([sys.executable, "-m", "flor", "replay", "mixed", "--where", "epochs=2", "--", sys.executable,
+                           "train.py"], cwd=r.cwd, env=r.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (f"flor: run {runs[0]} skipped: its script is an older version, and cannot place "
+            "`flor.log('batch_loss', loss.item())` (line 44 of today's script): its anchor `step += 1` "
+            "is not in the older script") in proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(tuple(runs))}
+    assert "skipped" in rows[runs[0]] and "verified exact" in rows[runs[1]]
+    assert "flor: sweep: 1 replayed, 1 skipped; exit status 1" in proc.stdout
+    assert _replayed(r, "mixed", runs[1])["wnorm"] and not _replayed(r, "mixed", runs[0])
+
+
+@pytest.mark.parametrize("lenient, status", [(False, "exit status 3 (--flor_lenient keeps 0)"),
+                                             (True, "exit status 0 (--flor_lenient)")])
+def test_the_merged_summary_says_the_exit_status_of_a_divergence(tmp_path, lenient, status):
+    from flor.launch.report import merged_summary
+
+    (tmp_path / "logs").mkdir()
+    for w in range(2):  # worker 1's loop stopped at another epoch than recorded: only its summary says so
+        (tmp_path / "logs" / f"replay-r1-{w}.summary.json").write_text(json.dumps({
+            "segment": [w, w + 1], "init": [0, w], "verdict": "diverged" if w else "verified exact",
+            "blocks": [], "loop": ["the loop stopped at epoch 1"] if w else [], "lenient": lenient}))
+    text = merged_summary(tmp_path, "r1", 2)["text"]
+    last = text.splitlines()[-1]
+    assert last.startswith("flor: replay DIVERGED") and last.endswith(status), text
