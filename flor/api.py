@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, TypeVar
+import sys
+from typing import Any, Iterable, Iterator, TypeVar
 
 from . import hparams
-from .engine.session import as_result
+from .engine.session import Session, as_result
 from .runtime import current
 
 __all__ = ["SkipBlock", "arg", "dataframe", "it", "log", "recording", "replaying"]
@@ -20,7 +21,9 @@ def it(iterable: Iterable[T]) -> Iterable[T]:
     """Wrap the outer (epoch) loop.
 
     Inert, it returns ``iterable`` itself. Recording, it numbers the epochs. Replaying, it
-    skips to the epochs this worker initializes from and stops after its segment.
+    skips to the epochs this worker initializes from and stops after its segment. Its
+    ``len()`` is the number of epochs the loop will run here, so ``tqdm(flor.it(range(n)))``
+    has a total.
 
     >>> for epoch in it(range(3)):
     ...     pass
@@ -30,7 +33,35 @@ def it(iterable: Iterable[T]) -> Iterable[T]:
     session = current()
     if session is None:
         return iterable
-    return session.iterate(iterable)
+    session.loop_frame = sys._getframe(1)  # the loop's own variables: outer-loop state (flor.engine.outer)
+    return _Epochs(session, iterable)
+
+
+class _Epochs(Iterator[T]):
+    """``flor.it`` of a run: the session's loop over ``iterable``, with a ``len()``.
+
+    An iterator, like the generator it wraps (``next()`` works); the loop starts at the first
+    item, not at ``flor.it(...)``."""
+
+    def __init__(self, session: Session, iterable: Iterable[T]) -> None:
+        self._session, self._iterable = session, iterable
+        self._loop: Iterator[T] | None = None
+
+    def __len__(self) -> int:
+        return self._session.loop_length(self._iterable)  # TypeError when unknown, as len() says
+
+    def __iter__(self) -> _Epochs[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._loop is None:
+            self._loop = iter(self._session.iterate(self._iterable))
+        return next(self._loop)
+
+    def close(self) -> None:
+        """End the loop early, as a generator's ``close()`` does (its ``finally`` runs now)."""
+        if self._loop is not None and hasattr(self._loop, "close"):
+            self._loop.close()
 
 
 class SkipBlock:

@@ -64,7 +64,8 @@ class CheckpointPolicy:
         cores from training: the recorder reports that CPU time divided by the cores. It is
         reported beside the stall (run.json ``checkpoint_policy.background_share_s``), not
         charged to the budget, which is about the training thread's stall; the writer thread
-        runs at idle priority to keep it out of training's way. (Called from the writer.)
+        runs a few nice levels below training, so it yields to training without being starved
+        by it or by other work (flor.store.writer). (Called from the writer.)
         """
         self.background_s += seconds
         self.background[block] = seconds

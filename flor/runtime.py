@@ -6,29 +6,85 @@ The engine's sessions know nothing of this module; the API calls ``current()``.
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 import threading
+from typing import Any
 
 from .engine.session import Session
-from .errors import FlorError, ReplayError
+from .errors import ConfigError, FlorError, ReplayError, StorageError, warn
 from .settings import SETTINGS, Settings
 from .store import ExperimentStore
 
-__all__ = ["current", "ensure_replayable", "start"]
+__all__ = ["current", "ensure_replayable", "install_error_hook", "start"]
 
 _SESSION: Session | None = None
+_INERT = False  # a recording that could not start (unwritable store): the script runs without flor
 _LOCK = threading.Lock()
+_HOOKED = False
 
 
 def current() -> "Session | None":
     """The session of this process, started on first use; None when flor is inert."""
-    global _SESSION
-    if _SESSION is not None or SETTINGS.mode == "inert":
+    global _SESSION, _INERT
+    if _SESSION is not None or _INERT or SETTINGS.mode == "inert":
         return _SESSION
     with _LOCK:
-        if _SESSION is None:
-            _SESSION = start(SETTINGS)
+        if _SESSION is None and not _INERT:
+            install_error_hook(SETTINGS)
+            try:
+                _SESSION = start(SETTINGS)
+            except (StorageError, OSError) as exc:
+                if SETTINGS.mode != "record":
+                    raise
+                _check_home(SETTINGS)  # FLOR_HOME itself is wrong: a setting to fix, not a full disk
+                _INERT = True  # training never stops because flor cannot write its store
+                warn(f"cannot record into {SETTINGS.home / (SETTINGS.name or '')} ({exc}); training goes on "
+                     "without recording")
     return _SESSION
+
+
+def _check_home(settings: Settings) -> None:
+    """A ConfigError when FLOR_HOME (or a folder above it) is a file, not a folder."""
+    path = settings.home
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    if not path.is_dir():
+        raise ConfigError(f"FLOR_HOME={settings.home} cannot hold experiments: {path} is a file, not a folder; "
+                          "set FLOR_HOME to a folder (default ~/.flor)")
+
+
+def install_error_hook(settings: Settings) -> None:
+    """End the script with one line ``flor: error: ...`` and exit status 2 when a FlorError
+    (something the user must act on: mismatched epochs, arguments of ``end()``, settings)
+    reaches the top; its traceback only with ``FLOR_DEBUG=1``. Other exceptions keep Python's
+    traceback and exit status. The session's exit work (atexit) still runs first."""
+    global _HOOKED
+    if _HOOKED:
+        return
+    _HOOKED = True
+    previous = sys.excepthook
+
+    def hook(exc_type: type, exc: BaseException, tb: Any) -> None:
+        if not issubclass(exc_type, FlorError):
+            previous(exc_type, exc, tb)
+            return
+        if settings.debug:
+            previous(exc_type, exc, tb)
+        message = " ".join(str(exc).split()) or exc_type.__name__
+        print(f"flor: error: {message}", file=sys.stderr)
+        try:
+            atexit._run_exitfuncs()  # the session's close: final status, replay summary
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - exiting anyway
+                    pass
+            os._exit(2)  # excepthook cannot set the status any other way (Python exits 1 after it)
+
+    sys.excepthook = hook
 
 
 def start(settings: Settings) -> "Session":

@@ -9,7 +9,8 @@ flag                           variable             meaning
 ``--flor NAME``                ``FLOR_NAME``        record into (or replay from) experiment NAME
 ``--replay_flor [PID/NGPUS]``  ``FLOR_REPLAY``      replay; optionally the PID-th of NGPUS segments
 ``--flor_run RUN``             ``FLOR_RUN``         replay this recorded run instead of the latest
-``--flor_strict``              ``FLOR_STRICT=1``    a replay that diverges exits with status 3
+``--flor_strict``              ``FLOR_STRICT=1``    replay: also fail when outer-loop state cannot be restored
+``--flor_lenient``             ``FLOR_LENIENT=1``   replay: exit 0 even when values diverged (default: status 3)
 ``--flor_strong``              ``FLOR_STRONG=1``    initialize a replay worker from epoch 0
 ``--flor_every N``             ``FLOR_EVERY``       record: checkpoint every N-th epoch (no adaptation)
 ``--flor_overhead F``          ``FLOR_OVERHEAD``    record: checkpoint stall budget, a fraction of
@@ -17,10 +18,21 @@ flag                           variable             meaning
 ``--flor_spool URL``           ``FLOR_SPOOL``       spool to (record) or fetch from (replay) ``s3://bucket/prefix``
 ``--flor_epochs A:B``          ``FLOR_EPOCHS``      replay only epochs A..B-1 (a slice: ``40:61``, ``40:``, ``:10``, ``7``)
 ``--flor_threads N``           ``FLOR_THREADS``     replay with N torch threads, not the recorded count (not bit-exact)
+``--flor_trust_pickles``       ``FLOR_TRUST_PICKLES=1`` replay: load pickled leaves of any manifest, signed or not
+                                                    (a pickle can run code: only for stores you trust)
+(none)                         ``FLOR_CONFIG_DIR``  flor's config folder, holding ``key`` (default
+                                                    ``$XDG_CONFIG_HOME/flor``, else ``~/.config/flor``)
 (none)                         ``FLOR_HOME``        root of the store (default ``~/.flor``)
 (none)                         ``FLOR_SPOOL_WAIT``  seconds a recording waits at exit for its uploads (300)
 (none)                         ``FLOR_SPOOL_BUDGET`` evict spooled local blobs past this size, e.g. 20GB
+(none)                         ``FLOR_FLUSH_TIMEOUT`` record: seconds the exit (and SIGTERM/SIGHUP/SIGINT) waits
+                                                    for queued checkpoints before abandoning them (20)
+(none)                         ``FLOR_WRITER_MEMORY`` record: bytes of snapshots queued for the background
+                                                    writer, e.g. 512MB (min(1 GiB, 10% of RAM)); past it an
+                                                    epoch's checkpoint is skipped, never waited for
 (none)                         ``FLOR_REPLAY_ID``   shared id of the workers of one replay
+(none)                         ``FLOR_DEBUG=1``     a FlorError ends the script with its traceback too
+                                                    (else one line ``flor: error: ...``, exit status 2)
 =============================  ===================  =============================================
 
 Workers placed by Slurm share a replay id derived from the job (``slurm<JOBID>`` for an
@@ -59,7 +71,11 @@ _BOOL_FALSE = {"0", "false", "no", "off", ""}
 _VALUE_FLAGS = {"--flor", "--flor_epochs", "--flor_threads", "--flor_run", "--flor_every", "--flor_overhead", "--flor_spool"}
 #: S3's bucket naming rules (lowercase letters, digits, '.', '-'; 3 to 63 characters)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_SWITCH_FLAGS = {"--flor_strict", "--flor_strong"}
+_SWITCH_FLAGS = {"--flor_strict", "--flor_lenient", "--flor_strong", "--flor_trust_pickles"}
+#: bounds that no real run reaches: a value past them is a typo, refused before it reaches torch or a loop
+MAX_EPOCHS = 10**9
+MAX_THREADS = 1024
+MAX_WORKERS = 10**6
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,8 @@ class Settings:
     ngpus: int = 1
     placed_by: str = "default"  # where pid/ngpus came from
     run: str | None = None
-    strict: bool = False
+    strict: bool = False  # replay: outer-loop state that cannot be restored fails the worker
+    lenient: bool = False  # replay: a divergence exits 0 (default 3)
     strong: bool = False
     every: int | None = None  # None: adaptive, within the overhead budget
     overhead: float = 0.01
@@ -83,6 +100,11 @@ class Settings:
     spool_budget: int | None = None  # bytes of local blobs kept once spooled; None: keep all
     epoch_range: tuple[int, int | None] | None = None  # replay: only epochs [start, stop)
     threads: int | None = None  # replay: torch threads; None: the recorded count
+    trust_pickles: bool = False  # replay: load pickled leaves also from manifests not signed with our key
+    config_dir: Path = field(default_factory=lambda: Path("~/.config/flor").expanduser())  # holds the key
+    debug: bool = False  # FLOR_DEBUG: show the traceback of a FlorError that ends the script
+    flush_timeout: float = 20.0  # record: the exit waits this long for queued checkpoints (Slurm/k8s grace)
+    writer_memory: int | None = None  # record: bytes of queued snapshots; None: min(1 GiB, 10% of RAM)
 
     @property
     def experiment_dir(self) -> Path:
@@ -123,6 +145,8 @@ def _parse_every(text: str, origin: str) -> int:
         every = 0
     if every < 1:
         raise ConfigError(f"{origin}: {text!r} is not a positive whole number of epochs; e.g. 5")
+    if every > MAX_EPOCHS:
+        raise ConfigError(f"{origin}: {text!r} epochs is more than any run has (at most {MAX_EPOCHS}); e.g. 5")
     return every
 
 
@@ -160,6 +184,9 @@ def parse_epoch_range(text: str, origin: str = "--flor_epochs") -> tuple[int, in
     if not m or not (m.group(1) or m.group(3)) or (not m.group(2) and not m.group(1)):
         raise ConfigError(f"{origin}: {text!r} is not an epoch range; write A:B (epochs A..B-1, like a Python "
                           "slice), A: (from A on), :B (before B) or A (epoch A alone), e.g. 40:61")
+    if any(len(g) > 9 for g in (m.group(1), m.group(3))):
+        raise ConfigError(f"{origin}: {text!r} names an epoch past any recording (at most {MAX_EPOCHS - 1}); "
+                          "epochs count from 0, e.g. 40:61")
     start = int(m.group(1) or 0)
     if not m.group(2):
         return start, start + 1
@@ -183,18 +210,58 @@ def _spool_settings(flags: Mapping[str, str | None], env: Mapping[str, str]) -> 
             out["spool_wait"] = float(wait)
         except ValueError:
             out["spool_wait"] = -1.0
-        if not out["spool_wait"] >= 0:
+        if not 0 <= out["spool_wait"] < 1e9:  # also nan and inf: the exit must stay bounded
             raise ConfigError(f"FLOR_SPOOL_WAIT={wait!r} is not a number of seconds; e.g. 600")
     budget = env.get("FLOR_SPOOL_BUDGET")
     if budget is not None and budget.strip():
-        m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", budget, re.IGNORECASE)
-        if not m:
-            raise ConfigError(f"FLOR_SPOOL_BUDGET={budget!r} is not a size; write e.g. 20GB, 500MB or 0")
-        unit = (m.group(2) or "B").upper().rstrip("B") or "B"
-        scale = {"B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                 "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[unit]
-        out["spool_budget"] = int(float(m.group(1)) * scale)
+        out["spool_budget"] = _parse_size(budget, "FLOR_SPOOL_BUDGET", "20GB, 500MB or 0")
     return out
+
+
+def _parse_size(text: str, origin: str, example: str) -> int:
+    """Bytes of a size written ``20GB``, ``500MB``, ``1.5GiB`` or ``4096``."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", text, re.IGNORECASE)
+    if not m:
+        raise ConfigError(f"{origin}={text!r} is not a size; write e.g. {example}")
+    unit = (m.group(2) or "B").upper().rstrip("B") or "B"
+    scale = {"B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+             "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[unit]
+    value = float(m.group(1)) * scale
+    if not value < 2**62:  # also inf, from hundreds of digits
+        raise ConfigError(f"{origin}={text!r} is larger than any disk; write e.g. {example}")
+    return int(value)
+
+
+def _writer_settings(env: Mapping[str, str]) -> dict:
+    """``flush_timeout`` and ``writer_memory`` from ``FLOR_FLUSH_TIMEOUT`` and ``FLOR_WRITER_MEMORY``."""
+    out: dict = {}
+    timeout = env.get("FLOR_FLUSH_TIMEOUT")
+    if timeout is not None and timeout.strip():
+        try:
+            value = float(timeout)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value < 1e9:  # also rejects nan and inf: the exit must stay bounded
+            raise ConfigError(f"FLOR_FLUSH_TIMEOUT={timeout!r} is not a number of seconds >= 0; e.g. 20 "
+                              "(keep it inside the grace period your scheduler gives after SIGTERM)")
+        out["flush_timeout"] = value
+    memory = env.get("FLOR_WRITER_MEMORY")
+    if memory is not None and memory.strip():
+        out["writer_memory"] = _parse_size(memory, "FLOR_WRITER_MEMORY", "512MB or 2GiB")
+        if out["writer_memory"] < 1:
+            raise ConfigError(f"FLOR_WRITER_MEMORY={memory!r} leaves no memory for checkpoints; write e.g. 512MB")
+    return out
+
+
+def _config_dir(env: Mapping[str, str]) -> Path:
+    """flor's config folder (the HMAC key lives there): ``FLOR_CONFIG_DIR``, else
+    ``$XDG_CONFIG_HOME/flor``, else ``~/.config/flor``."""
+    text = env.get("FLOR_CONFIG_DIR") or ""
+    if not text.strip():
+        xdg = env.get("XDG_CONFIG_HOME") or ""
+        text = str(Path(xdg) / "flor") if xdg.strip() and Path(xdg).is_absolute() else "~/.config/flor"
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else Path.cwd() / path
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -212,7 +279,7 @@ def _command_settings(env: Mapping[str, str]) -> Settings:
         spool = _spool_settings({}, env)
     except ConfigError:
         spool = {"spool": env.get("FLOR_SPOOL") or None}
-    return Settings(home=_home(env), **spool)
+    return Settings(home=_home(env), config_dir=_config_dir(env), **spool)
 
 
 def _parse_overhead(text: str, origin: str) -> float:
@@ -295,6 +362,14 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
 
     strict = _parse_bool(flags.get("--flor_strict") or env.get("FLOR_STRICT", "0"), "--flor_strict/FLOR_STRICT")
     strong = _parse_bool(flags.get("--flor_strong") or env.get("FLOR_STRONG", "0"), "--flor_strong/FLOR_STRONG")
+    lenient = _parse_bool(flags.get("--flor_lenient") or env.get("FLOR_LENIENT", "0"), "--flor_lenient/FLOR_LENIENT")
+    if strict and lenient:
+        raise ConfigError("--flor_strict and --flor_lenient contradict each other (strict fails on what lenient "
+                          "lets pass): give one of them")
+    debug = _parse_bool(env.get("FLOR_DEBUG", "0"), "FLOR_DEBUG")
+    trust = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
+        flags.get("--flor_trust_pickles") or env.get("FLOR_TRUST_PICKLES", "0"),
+        "--flor_trust_pickles/FLOR_TRUST_PICKLES")}
     every_text = flags.get("--flor_every") or env.get("FLOR_EVERY")
     every = _parse_every(every_text, "--flor_every/FLOR_EVERY") if every_text is not None else None
     overhead_text = flags.get("--flor_overhead") or env.get("FLOR_OVERHEAD")
@@ -307,17 +382,21 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
             raise ConfigError(
                 f"{replay_origin} needs an experiment to replay: add --flor NAME (or set FLOR_NAME)"
             )
-        return Settings(mode="inert", home=home, **spool), rest
+        return Settings(mode="inert", home=home, debug=debug, config_dir=trust["config_dir"], **spool), rest
     validate_name(name)
 
     if not replay:
-        return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, strict=strict, **spool), rest
+        return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, strict=strict, debug=debug,
+                        config_dir=trust["config_dir"], **spool, **_writer_settings(env)), rest
 
     if replay_value is not None and replay_value.strip().lower() not in ("", "all"):
         pid, ngpus = parse_segment(replay_value, replay_origin)
         placed_by = replay_origin
     else:
         pid, ngpus, placed_by = worker_place(env)
+    if ngpus > MAX_WORKERS:
+        raise ConfigError(f"{placed_by} asks for {ngpus} replay workers, more than flor supports ({MAX_WORKERS}); "
+                          "e.g. --replay_flor 0/8")
     if run is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", run):
         raise ConfigError(f"invalid run id {run!r}; `flor ls {name}` lists the runs")
     replay_id = env.get("FLOR_REPLAY_ID") or None
@@ -330,14 +409,15 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     threads_text = flags.get("--flor_threads") or env.get("FLOR_THREADS") or None
     threads = None
     if threads_text is not None:
-        threads = int(threads_text) if threads_text.strip().isdigit() else 0
-        if threads < 1:
-            raise ConfigError(f"--flor_threads/FLOR_THREADS: {threads_text!r} is not a positive number of threads; e.g. 2")
+        threads = int(threads_text) if threads_text.strip().isdigit() and len(threads_text.strip()) < 10 else 0
+        if not 1 <= threads <= MAX_THREADS:
+            raise ConfigError(f"--flor_threads/FLOR_THREADS: {threads_text!r} is not a number of threads from 1 to "
+                              f"{MAX_THREADS}; e.g. 2")
     return (
         Settings(
             mode="replay", name=name, home=home, pid=pid, ngpus=ngpus, placed_by=placed_by,
-            run=run, strict=strict, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
-            threads=threads, **spool,
+            run=run, strict=strict, lenient=lenient, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
+            threads=threads, debug=debug, **trust, **spool,
         ),
         rest,
     )
@@ -356,6 +436,10 @@ def _from_process() -> Settings:
         settings, rest = parse(sys.argv, os.environ)
     except ConfigError as exc:
         print(f"flor: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (ValueError, OverflowError, TypeError) as exc:  # a value no check above foresaw: still one line
+        print(f"flor: error: cannot read flor's flags and FLOR_* variables ({exc}); check their values "
+              "(the docstring of flor.settings lists them)", file=sys.stderr)
         raise SystemExit(2) from None
     sys.argv[:] = rest
     return settings

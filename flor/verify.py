@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 __all__ = ["BlockEvent", "Summary", "compare_logs", "non_logging_changes"]
 
@@ -19,41 +19,160 @@ CAUSE_RNG = "the block now draws a different amount of randomness (added code th
 CAUSE_THREADS = "the torch thread count differs from the recording"
 CAUSE_NONDET = "nondeterminism in the training code (non-deterministic kernels, DataLoader workers, time- or environment-dependent code)"
 
-_LOGGING_CALLS = {"log", "print"}
+# What counts as logging when a replay compares the script with the recorded one: calls made
+# for what they print or record, never for what they compute.
+_PRINT_NAMES = {"print", "log"}  # print(...); log(...) as in `from flor import log`
+_LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}  # logging, loggers
+_DISPLAY_METHODS = {"set_postfix", "set_postfix_str", "set_description", "set_description_str", "write"}  # tqdm
+_TRACKER_PREFIXES = ("log_", "add_scalar")  # mlflow.log_metric, SummaryWriter.add_scalar(s)
+
+
+def _dotted(node: ast.AST) -> str:
+    """``self.logger.info`` -> ``"self.logger.info"``; anything else that is not a name -> ``""``."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ""
+    return ".".join([node.id, *reversed(parts)])
+
+
+def _is_logging_call(call: ast.AST) -> bool:
+    """``print``, ``flor.log``, ``logging.info``/``logger.warning``/``self.log.debug``, tqdm's
+    ``write``/``set_postfix``, ``wandb.log``, ``mlflow.log_metric``, ``writer.add_scalar``."""
+    if not isinstance(call, ast.Call):
+        return False
+    fn = call.func
+    if isinstance(fn, ast.Name):
+        return fn.id in _PRINT_NAMES
+    if not isinstance(fn, ast.Attribute):
+        return False
+    owner = _dotted(fn.value).rsplit(".", 1)[-1].lower()
+    if fn.attr == "log" or fn.attr.startswith(_TRACKER_PREFIXES):
+        return owner not in ("torch", "np", "numpy", "math", "F", "tensor") and bool(owner)
+    if fn.attr in _LOG_LEVELS:
+        return "log" in owner  # logging, logger, log, LOGGER, self.logger
+    if fn.attr in _DISPLAY_METHODS:
+        return owner in ("tqdm", "pbar", "bar", "progress") or "tqdm" in owner or "bar" in owner
+    return False
+
+
+def _flor_log_value(call: ast.Call) -> ast.AST | None:
+    """The value of ``flor.log(name, value, ...)``, which returns it: ``x = flor.log("x", f())`` is ``x = f()``."""
+    if _dotted(call.func) in ("flor.log", "log") and len(call.args) >= 2:
+        return call.args[1]
+    return None
+
+
+def _loaded(nodes: list[ast.AST]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _assigned(stmt: ast.stmt) -> set[str] | None:
+    """The names a plain assignment or an import binds (``a = ...``, ``a, b = ...``, ``a: T = ...``,
+    ``a += ...``, ``import logging``); None for anything else (attributes, subscripts: those change objects)."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        if any(a.name == "*" for a in stmt.names):
+            return None
+        return {a.asname or a.name.split(".")[0] for a in stmt.names}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] \
+        if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) else None
+    if not targets:
+        return None
+    names: set[str] = set()
+    for t in targets:
+        for n in ast.walk(t):
+            if isinstance(n, (ast.Attribute, ast.Subscript, ast.Starred)):
+                return None
+            if isinstance(n, ast.Name):
+                names.add(n.id)
+    return names
 
 
 class _StripLogging(ast.NodeTransformer):
-    """Drop logging statements and ``probed=`` arguments: what remains is the training code."""
+    """Drop logging statements and ``probed=`` arguments: what remains is the training code.
+
+    ``removed`` collects the dropped logging code, so that assignments feeding only it can go too.
+    """
+
+    def __init__(self, drop: set[str] | frozenset[str] = frozenset()) -> None:
+        self.drop = drop  # names assigned only for logging (found by an earlier pass)
+        self.removed: list[ast.AST] = []
 
     def visit_Expr(self, node: ast.Expr) -> Any:
-        call = node.value
-        if isinstance(call, ast.Call):
-            fn = call.func
-            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
-            if name in _LOGGING_CALLS:
-                return None
+        if _is_logging_call(node.value):
+            self.removed.append(node)
+            return None
         return self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> Any:
         node.keywords = [k for k in node.keywords if k.arg != "probed"]
+        value = _flor_log_value(node)
+        if value is not None:  # keep what it computes, drop what it logs
+            self.removed.append(node)
+            return self.visit(value)
         return self.generic_visit(node)
 
+    def _assignment(self, node: ast.stmt) -> Any:
+        names = _assigned(node)
+        if names and names <= self.drop:
+            self.removed.append(node)
+            return None
+        return self.generic_visit(node)
 
-def _stripped(source: str) -> str | None:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    return ast.dump(_StripLogging().visit(tree))
+    visit_Assign = visit_AnnAssign = visit_AugAssign = visit_Import = visit_ImportFrom = _assignment
+
+    def _compound(self, node: Any) -> Any:
+        """An ``if``/``with``/``for`` whose body was all logging goes with it."""
+        self.generic_visit(node)
+        if not node.body and not getattr(node, "orelse", None):
+            self.removed.append(node)
+            return None
+        if not node.body:
+            node.body = [ast.Pass()]
+        return node
+
+    visit_If = visit_With = visit_For = _compound
+
+
+def _logging_only_names(tree: ast.Module) -> set[str]:
+    """Names assigned only to be logged: read by logging code and by nothing else, to a fixed
+    point (a value computed for a log, then one computed from it...)."""
+    drop: set[str] = set()
+    while True:
+        stripper = _StripLogging(drop)
+        kept = stripper.visit(_copy(tree))
+        feeds_logs = _loaded(stripper.removed) - _loaded([kept])
+        more = {n for node in ast.walk(kept) if isinstance(node, ast.stmt)
+                for n in (_assigned(node) or ()) if n in feeds_logs}
+        if more <= drop:
+            return drop
+        drop |= more
+
+
+def _copy(tree: ast.Module) -> ast.Module:
+    return ast.parse(ast.unparse(tree))
 
 
 def non_logging_changes(recorded: str, current: str) -> bool:
-    """True when ``current`` differs from ``recorded`` by more than log/print statements and
-    ``probed=`` flags (statements that only compute a value to log also count as changes)."""
-    a, b = _stripped(recorded), _stripped(current)
-    if a is None or b is None:
+    """True when ``current`` differs from ``recorded`` by more than logging: ``print``,
+    ``flor.log`` (its value stays), ``logging``/logger calls, tqdm's ``write``/``set_postfix``,
+    tracker calls (``wandb.log``, ``mlflow.log_metric``, ``writer.add_scalar``), ``probed=``
+    flags, and assignments to names that only those calls read.
+
+    >>> non_logging_changes("x = f()", "x = f()\\ngn = norm(x)\\nprint(gn)")
+    False
+    >>> non_logging_changes("x = f()", "x = g()")
+    True
+    """
+    try:
+        a, b = ast.parse(recorded), ast.parse(current)
+    except SyntaxError:
         return recorded != current
-    return a != b
+    # one set for both: a value that only feeds a log in one version goes in the other one too
+    drop = _logging_only_names(a) | _logging_only_names(b)
+    return ast.dump(_StripLogging(drop).visit(a)) != ast.dump(_StripLogging(drop).visit(b))
 
 
 @dataclass
@@ -114,10 +233,12 @@ class Summary:
     notes: list[str] = field(default_factory=list)
     log_cause: str | None = None
     failed: str | None = None  # the exception that ended the script, if any
+    loop: list[str] = field(default_factory=list)  # the loop itself diverged (stopped at another epoch)
+    lenient: bool = False  # --flor_lenient: a divergence exits 0, not 3
 
     @property
     def diverged(self) -> bool:
-        return any(e.action == "diverged" for e in self.events) or bool(self.log_mismatches)
+        return any(e.action == "diverged" for e in self.events) or bool(self.log_mismatches) or bool(self.loop)
 
     def counts(self) -> dict[str, int]:
         out = {"restored": 0, "matched": 0, "diverged": 0, "executed": 0}
@@ -131,10 +252,12 @@ class Summary:
             "verdict": "failed" if self.failed else "diverged" if self.diverged else "verified exact",
             "counts": self.counts(), "shared_logs": self.shared_logs,
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
+            "loop": self.loop,
             "blocks": [e.__dict__ for e in self.events],
         }
 
-    def render(self) -> str:
+    def render(self, *, shown: Collection[str] = ()) -> str:
+        """The report; notes in ``shown`` (already printed as they came) are not repeated."""
         lines = [self.header]
         groups: dict[tuple, list[int]] = {}
         for e in self.events:
@@ -156,7 +279,8 @@ class Summary:
                          + (f"; likely cause: {self.log_cause}" if self.log_cause else ""))
         if len(self.log_mismatches) > 10:
             lines.append(f"  ... and {len(self.log_mismatches) - 10} more log values differ")
-        lines.extend(f"  note: {n}" for n in self.notes)
+        lines.extend(f"  DIVERGED {text}" for text in self.loop)
+        lines.extend(f"  note: {n}" for n in self.notes if n not in shown)
         c = self.counts()
         blocks = f"{c['restored']} blocks restored, {c['matched'] + c['diverged']} executed and checked " \
                  f"({c['diverged']} diverged), {c['executed']} re-executed without a checkpoint"
@@ -164,7 +288,8 @@ class Summary:
         if self.failed:
             lines.append(f"flor: replay FAILED ({self.failed}) before it finished: {blocks}; {logs}")
         elif self.diverged:
-            lines.append(f"flor: replay DIVERGED: {blocks}; {logs}")
+            status = "exit status 0 (--flor_lenient)" if self.lenient else "exit status 3 (--flor_lenient keeps 0)"
+            lines.append(f"flor: replay DIVERGED: {blocks}; {logs}; {status}")
         else:
             lines.append(f"flor: replay verified exact: {blocks}; {logs}")
         return "\n".join(lines)

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("flor.plan", "flor.policy", "flor.verify"),
     ("flor.logs",),
     ("flor.store",),
-    ("flor.state",),
+    ("flor.state", "flor.leaves"),
     ("flor.runinfo", "flor.hparams"),
     ("flor.engine",),
     ("flor.runtime",),

@@ -127,23 +127,29 @@ def test_changed_arguments_and_code_are_reported(rec):
     assert "arguments differ from the recording" in proc.stderr
 
 
-def test_strict_mode_fails_a_pipeline_on_divergence(tmp_path):
+def test_divergence_exits_3_unless_lenient(tmp_path):
     """An optimizer stepped inside the block but not passed to end() makes a worker that
-    starts mid-run diverge; the summary names the epoch, block, tensors and the cause."""
+    starts mid-run diverge; the summary names the epoch, block, tensors and the cause, and
+    the worker exits 3 (a pipeline fails) unless --flor_lenient/FLOR_LENIENT asks for 0."""
     r = Runner(tmp_path)
     edits = {"net, optimizer, scheduler, step = flor.SkipBlock.end(net, optimizer, scheduler, step)":
              "net, scheduler, step = flor.SkipBlock.end(net, scheduler, step)"}
     r.run(r.script(edits=edits, dest="leaky.py"), "--epochs", "4", "--flor", "leaky")
     probed = r.script(edits={**edits, 'step_into("training_loop")': 'step_into("training_loop", probed=True)'},
                       dest="leaky_probed.py")
-    proc = r.run(probed, "--epochs", "4", "--flor", "leaky", "--replay_flor", "1/2")
-    assert proc.returncode == 0
+    proc = r.run(probed, "--epochs", "4", "--flor", "leaky", "--replay_flor", "1/2", check=False)
+    assert proc.returncode == 3
     assert "DIVERGED at epoch 2, block 'training_loop'" in proc.stderr
     assert "end() argument 0 (Sequential).0.weight" in proc.stderr
     assert "an object changed inside the block was not passed to end()" in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("flor: replay DIVERGED")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("flor: replay DIVERGED") and last.endswith("exit status 3 (--flor_lenient keeps 0)")
     strict = r.run(probed, "--epochs", "4", "--flor", "leaky", "--replay_flor", "1/2", "--flor_strict", check=False)
     assert strict.returncode == 3
+    lenient = r.run(probed, "--epochs", "4", "--flor", "leaky", "--replay_flor", "1/2", "--flor_lenient")
+    assert lenient.stderr.strip().splitlines()[-1].endswith("exit status 0 (--flor_lenient)")
+    by_env = r.run(probed, "--epochs", "4", "--flor", "leaky", "--replay_flor", "1/2", env=r.env(FLOR_LENIENT="1"))
+    assert "flor: replay DIVERGED" in by_env.stderr
     # the same replay on the unchanged script passes strict mode
     r.run(r.script(dest="ok.py"), "--epochs", "4", "--flor", "ok")
     ok = r.run(r.script(edits={'step_into("training_loop")': 'step_into("training_loop", probed=True)'},

@@ -99,3 +99,13 @@ def test_names_that_escape_or_are_invalid(name):
 @pytest.mark.parametrize("name", ["x", "cnn-demo", "run_1.2", "A+B"])
 def test_good_names(name):
     assert validate_name(name) == name
+
+
+def test_lenient_keeps_a_diverged_replay_at_status_0():
+    s, rest = parse(["t.py", "--flor", "x", "--replay_flor", "--flor_lenient"], {})
+    assert (s.lenient, s.strict, rest) == (True, False, ["t.py"])
+    s, _ = parse(["t.py"], {"FLOR_NAME": "x", "FLOR_REPLAY": "1", "FLOR_LENIENT": "1"})
+    assert s.lenient
+    assert not parse(["t.py", "--flor", "x", "--replay_flor"], {})[0].lenient  # default: a divergence exits 3
+    with pytest.raises(ConfigError, match="contradict"):
+        parse(["t.py", "--flor", "x", "--replay_flor", "--flor_lenient", "--flor_strict"], {})

@@ -8,6 +8,7 @@ and occurrence), the newest replay's value is the one shown; values only a repla
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -17,7 +18,7 @@ from ..store.runlogs import read_run_logs
 from ..store import ExperimentStore
 from ..store.experiment import open_experiment
 
-__all__ = ["dataframe", "hyperparameters", "mark_hindsight", "records", "wide"]
+__all__ = ["dataframe", "hyperparameters", "mark_hindsight", "records", "script_versions", "wide"]
 
 def hyperparameters(store: ExperimentStore, run: str) -> dict[str, Any]:
     """The hyperparameters a run recorded (its argparse namespace and ``flor.arg`` values)."""
@@ -41,7 +42,7 @@ def records(name: str | None = None, *, run: str | Sequence[str] | None = None, 
 
         defs = load_definitions(definitions)
     for r in store.select_runs(run):
-        logged = read_run_logs(store.run_path(r), r)
+        logged = script_versions(store, r, read_run_logs(store.run_path(r), r))
         out.extend(logged)
         if defs:
             from .metrics import extract
@@ -54,6 +55,28 @@ def records(name: str | None = None, *, run: str | Sequence[str] | None = None, 
                 )
             out.extend(extract(store.run_path(r), r, defs))
     return mark_hindsight(merge_newest(out), out) if newest else out
+
+
+def script_versions(store: ExperimentStore, run: str, logged: list[dict]) -> list[dict]:
+    """Set ``script`` on each record: sha256[:12] of the script version that logged it (the
+    recording's ``script_sha256``; a replay worker's own, from its summary: today's script, or
+    the run's older source with today's logging, ``flor replay --all``). None where unknown."""
+    layout = store.layout(run)
+    recorded = (store.read_run(run).script_sha256 or "")[:12] or None
+    replayed: dict[tuple, str | None] = {}
+    for rec in logged:
+        if rec["source"] != "replay":
+            rec["script"] = recorded
+            continue
+        key = (rec["replay"], rec["worker"])
+        if key not in replayed:
+            try:
+                digest = json.loads(layout.replay_summary(*key).read_text()).get("script_sha256")
+            except (OSError, ValueError, AttributeError):
+                digest = None
+            replayed[key] = digest[:12] if isinstance(digest, str) else None
+        rec["script"] = replayed[key]
+    return logged
 
 
 def mark_hindsight(merged: list[dict], everything: Iterable[dict] | None = None) -> list[dict]:
@@ -79,13 +102,14 @@ def _step_order(step: Any) -> tuple:
 
 
 def wide(merged: list[dict], hparams: dict[str, dict[str, Any]] | None = None,
-         names: Sequence[str] = ()) -> tuple[list[str], list[dict], set[str]]:
+         names: Sequence[str] = (), *, script: bool = False) -> tuple[list[str], list[dict], set[str]]:
     """One row per (run, epoch, step, occurrence), one column per hyperparameter and per name.
 
     Returns ``(columns, rows, hindsight_columns)``. Hyperparameter columns come first; one
     whose name is also a logged name is called ``hp.NAME``, and a value logged as ``run``,
     ``epoch`` or ``step`` is called ``log.NAME``. Epochs of values logged outside the loop
-    read ``before`` or ``after``.
+    read ``before`` or ``after``. With ``script``, a last column ``script`` names the script
+    version(s) the row's values came from (``script_versions``; several joined by ``+``).
     """
     hparams = hparams or {}
     metric_names = list(names) or list(dict.fromkeys(r["name"] for r in merged))
@@ -113,10 +137,18 @@ def wide(merged: list[dict], hparams: dict[str, dict[str, Any]] | None = None,
             order[key] = (run_order[rec["run"]], _LOOP_RANK.get(rec.get("loop"), 1), epoch_rank, _step_order(step),
                           rec.get("k", 0))
         row[cols[rec["name"]]] = rec["value"]
+        if script:
+            row.setdefault("script", [])
+            if rec.get("script") not in row["script"]:
+                row["script"].append(rec.get("script"))
         if rec.get("hindsight"):
             hindsight.add(cols[rec["name"]])
     ordered = [rows[k] for k in sorted(rows, key=order.__getitem__)]
     columns = ["run", *hp_cols.values(), "epoch", "step", *cols.values()]
+    if script:
+        for row in ordered:
+            row["script"] = "+".join(str(x) for x in row.get("script", []))
+        columns.append("script")
     return columns, ordered, hindsight
 
 
@@ -126,7 +158,8 @@ def dataframe(*names: str, name: str | None = None, run: str | Sequence[str] | N
     the newest replay take the place of recorded ones.
 
     ``hparams=True`` adds a column per hyperparameter (``hp.NAME`` where a logged value has
-    the same name); ``definitions`` adds regex metrics from the printed output.
+    the same name); the last column, ``script``, is sha256[:12] of the script version the row's
+    values came from (``flor replay --all`` replays older runs with their own script); ``definitions`` adds regex metrics from the printed output.
 
     (needs the recorded experiment ``cnn-demo``, so the example is not run as a doctest)
 
@@ -142,7 +175,7 @@ def dataframe(*names: str, name: str | None = None, run: str | Sequence[str] | N
     if hparams:
         store = open_experiment(name, home)
         hp = {r: hyperparameters(store, r) for r in dict.fromkeys(x["run"] for x in merged)}
-    columns, rows, _ = wide(merged, hp, names)
+    columns, rows, _ = wide(merged, hp, names, script=True)
     for row in rows:
         if isinstance(row["epoch"], str):
             row["epoch"] = None  # before/after the loop: no epoch

@@ -11,6 +11,7 @@ from typing import Any
 from ..logs import merge_newest
 from ..store.runlogs import read_run_logs
 from .._fmt import human_size
+from ..errors import FlorError
 from ..store.experiment import dir_size
 from ..store.runmeta import RunMeta
 from ..store.experiment import open_experiment
@@ -32,12 +33,12 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
     meta = store.read_run(run_id)
     run_dir = store.run_path(run_id)
     manifests = list(store.manifests(run_id))
-    ckpt_bytes = 0
+    ckpt_bytes = damaged = 0
     for block, epoch, occ in manifests:
         try:
             ckpt_bytes += int(store.read_manifest(run_id, block, epoch, occ).get("new_bytes", 0))
-        except Exception:  # noqa: BLE001 - a damaged manifest is reported by replay, not here
-            pass
+        except FlorError:  # a damaged manifest is counted, not summed; `flor verify` names it
+            damaged += 1
     everything = read_run_logs(run_dir, run_id)
     merged = mark_hindsight(merge_newest(everything), everything)
     values = summarize(merged)
@@ -55,7 +56,7 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
         r["hindsight"].update(s.get("hindsight") or [])
     return {
         "name": name, "run": run_id, "meta": meta, "run_dir": str(run_dir),
-        "checkpoints": len(manifests), "checkpoint_blocks": sorted({b for b, _, _ in manifests}),
+        "checkpoints": len(manifests), "damaged_checkpoints": damaged, "checkpoint_blocks": sorted({b for b, _, _ in manifests}),
         "checkpoint_bytes": ckpt_bytes, "run_bytes": dir_size(run_dir), "experiment_bytes": store.disk_usage(),
         "values": values,
         "replays": {k: {"workers": v["workers"], "verdict": " / ".join(sorted(v["verdicts"])),
@@ -123,8 +124,7 @@ def render_report(rep: dict[str, Any]) -> str:
     gpus = ", ".join(v.get("gpus") or []) or "none"
     row("host", f"{v.get('host', '?')}: python {v.get('python', '?')}, torch {v.get('torch', '?')}, "
                 f"cuda {v.get('cuda') or '-'}, gpus {gpus}")
-    planned = meta.epochs_planned
-    row("epochs", f"{meta.epochs_done}" + (f" of {planned}" if planned is not None else "") + " done")
+    row("epochs", meta.epochs_text())  # "3 of 6 planned (stopped early)": what a replay covers
     fails = len(meta.checkpoint_failures)
     row("checkpoints", f"{rep['checkpoints']} ({', '.join(rep['checkpoint_blocks']) or 'no blocks'})"
                        + _policy(meta) + (f", {fails} failed" if fails else ""))

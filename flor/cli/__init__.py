@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Sequence
 
 from .._version import __version__
-from ..errors import FlorError
+from ..errors import FlorError, warn
 from ..settings import SETTINGS, validate_name
 from ..store import ExperimentStore
 from .analysis import add_analysis_commands
 from .common import human_size
 from .replay import add_replay_command
 from .spool import add_spool_commands
+from .verify import add_verify_command
 
 __all__ = ["main"]
 
@@ -63,7 +64,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         manifests = list(store.manifests(run))
         size = 0
         for block, epoch, occ in manifests:
-            size += int(store.read_manifest(run, block, epoch, occ).get("new_bytes", 0))
+            try:
+                size += int(store.read_manifest(run, block, epoch, occ).get("new_bytes", 0))
+            except FlorError as exc:  # listed, not summed: `flor verify` says what is wrong
+                warn(f"run {run}: {exc}")
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(meta.started or 0))
         print(f"{run:<30} {meta.status:<11} {started:<19} {meta.epochs_done:>6} "
               f"{len(manifests):>5} {human_size(size):>10}")
@@ -84,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analysis_commands(sub)
     add_spool_commands(sub)
     add_replay_command(sub)
+    add_verify_command(sub)
     return parser
 
 

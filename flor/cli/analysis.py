@@ -77,7 +77,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     rows = records(args.name, run=args.run, home=SETTINGS.home)
     rows = _check_metrics(rows, args.metric, f"names {args.name} logged")
-    _emit(args, rows, FIELDS)
+    _emit(args, rows, [*FIELDS, "script"])  # script: sha256[:12] of the script version that logged the value
     return 0
 
 

@@ -25,6 +25,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ..settings import parse_epoch_range
 
     store = ExperimentStore(SETTINGS.home, validate_name(args.name))
+    if args.all or args.runs or args.where:
+        return _cmd_sweep(args, store)
+    if args.dry_run:
+        raise FlorError("--dry-run shows a sweep's patches: use it with --all, --runs or --where")
     run = store.resolve_run(args.run)
     if args.report is not None:
         rep = replay_report(store, run, None if args.report == "latest" else args.report)
@@ -58,6 +62,35 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 0
     return run_launch(store, run, command, executor=_executor(args.ray), workers=args.workers, gpus=gpus,
                       epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh)
+
+
+def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
+    """``--all``/``--runs``/``--where``: every selected run with its own arguments, one pool, one table."""
+    from ..launch.launcher import detect_gpus
+    from ..launch.sweep import plan_sweep, print_dry_run, run_sweep, select_runs
+
+    for flag, given in (("--run", args.run), ("--epochs", args.epochs), ("--plan", args.plan),
+                        ("--report", args.report)):
+        if given:
+            raise FlorError(f"{flag} replays or shows one run; leave it out with --all, --runs or --where")
+    if args.workers is not None and args.workers < 1:
+        raise FlorError(f"--workers {args.workers}: give at least 1")
+    threads = None
+    if args.threads is not None:
+        if not args.threads.isdigit() or int(args.threads) < 1:
+            raise FlorError(f"--threads {args.threads!r}: give a number of threads like 2 (auto is for one run)")
+        threads = int(args.threads)
+    runs = select_runs(store, every=args.all, runs=args.runs or [], where=args.where or [])
+    plan = plan_sweep(store, runs, list(args.cmd or []))
+    if args.dry_run:
+        print_dry_run(store, plan, _script_name(args.cmd), sys.stdout)
+        return 0 if not any(sr.skipped for sr in plan) else 1
+    return run_sweep(store, plan, executor=_executor(args.ray), workers=args.workers, gpus=detect_gpus(args.gpus),
+                     strong=args.strong, threads=threads, fresh=args.fresh)
+
+
+def _script_name(cmd: list[str] | None) -> str:
+    return next((w for w in cmd or [] if w.endswith(".py")), "script.py")
 
 
 def _executor(ray: str | None) -> Executor:
@@ -104,6 +137,8 @@ def add_replay_command(sub: Any) -> None:
   flor replay cnn-demo --plan --workers 8 -- python train.py  segments and estimated time; runs nothing
   flor replay cnn-demo --report                               merged summary of the newest replay (torchrun, Slurm...)
   flor replay cnn-demo --ray --workers 8 -- python train.py   one Ray task a segment
+  flor replay cnn-sweep --all --workers 4 -- python train.py  every run with its own arguments, one table
+  flor replay cnn-sweep --where lr=0.001 --dry-run -- python train.py   the patch of each older script
 Run the same command again after a failure: only the missing segments replay. See docs/parallel.md.
 """)
     p.add_argument("name", help="the experiment (the NAME given to --flor)")
@@ -127,4 +162,13 @@ Run the same command again after a failure: only the missing segments replay. Se
     p.add_argument("--report", nargs="?", const="latest", default=None, metavar="REPLAY_ID",
                    help="print the merged summary of a replay (default: the newest), however it was launched")
     p.add_argument("--json", action="store_true", help="--plan and --report as JSON")
+    p.add_argument("--all", action="store_true",
+                   help="replay every run, each with its own recorded arguments (the command gives only "
+                        "the interpreter and script); see docs/sweeps.md")
+    p.add_argument("--runs", nargs="+", default=None, metavar="RUN", help="replay these runs (ids or prefixes)")
+    p.add_argument("--where", action="append", default=None, metavar="HP=VALUE",
+                   help="replay the runs whose recorded hyperparameter HP equals VALUE (JSON-typed); repeat to AND")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with --all/--runs/--where: print what each run would run and the patch of each "
+                        "older script that gets today's logging; run nothing")
     p.set_defaults(func=cmd_replay, cmd=[])

@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Iterator
 
 from .. import hparams
 from .ddp import RankLink
-from ..errors import warn
 from ..logs import LogWriter
 from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
 from ..placement import cores
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
+from .outer import LoopFrame, OuterStateWriter, left_normally
+from .objects import warn_forgotten
 from .session import Session, as_result, copy_source, new_run_id
 from ..settings import Settings
 from ..store import BackgroundWriter
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
 from ..store.experiment import dumps
+from ..store.manifest import FORMAT, has_pickles, seal
+from ..store.trust import signer
 
 __all__ = ["RecordSession"]
 
@@ -44,14 +48,21 @@ class RecordSession(Session):
             name=settings.name or "", run=self.run, pid=os.getpid(), argv=redact_argv(list(sys.argv)),
             cwd=os.getcwd(), script=script["script"], script_sha256=script["script_sha256"], git=git,
             versions=versions(), torch_threads=torch.get_num_threads(), started=self.started,
-            hyperparameters=hparams.captured(),
+            hyperparameters=hparams.captured(), write_failures=self.write_failures,
         )
+        self._meta_lock = threading.Lock()  # the writer thread notes checkpoint failures in meta
         self.write_meta()
         hparams.subscribe(self._hyperparameters)
-        copy_source(script["script"], self.layout.source)
-        if diff:
-            self.layout.diff_patch.write_text(diff)
-        self.writer = BackgroundWriter()
+        try:
+            copy_source(script["script"], self.layout.source)
+            if diff:
+                self.layout.diff_patch.write_text(diff)
+        except OSError as exc:
+            self.write_failed("source", exc)
+        self.writer = BackgroundWriter(budget=settings.writer_memory)  # never blocks training; see writer.py
+        self.snapshot_bytes: dict[str, int] = {}  # per block: the size of its last snapshot
+        # temp files of writers that died mid-write (a kill, a crash) take space: clear them off the training thread
+        self.writer.submit(self.store.remove_stale_tmp, 0, lambda exc: None)
         self.spool = None
         if settings.spool:  # uploads run on their own thread: training never waits on the network
             from ..store.sync import BackgroundSpool
@@ -62,7 +73,8 @@ class RecordSession(Session):
         # TensorBoard events and the best/final summary follow the logs on the writer thread
         self.events = RecordEvents(self.layout.tb_record, lambda: self.meta.epochs_done)
         self.tracker = MetricTracker()
-        self.logs = LogWriter(self.layout.record_log, sink=self._follow_logs)
+        self.logs = LogWriter(self.layout.record_log, sink=self._follow_logs,
+                              on_error=lambda exc, n: self.write_failed("logs", exc))
         self.epoch_started = 0.0
         self.loop_started: float | None = None
         self.policy = CheckpointPolicy(overhead=settings.overhead, every=settings.every)
@@ -70,6 +82,8 @@ class RecordSession(Session):
         self.background_cpu_s = 0.0
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
+        self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
+        self.passed_ids: set[int] = set()
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
         self.ranks = RankLink.for_record(settings.name or "")  # DDP: the other ranks log beside this run
@@ -79,8 +93,16 @@ class RecordSession(Session):
         self.tee_output(self.layout.stdout)
         self._install_hooks()
 
-    def write_meta(self, *, durable: bool = False) -> None:
-        self.store.write_json(self.store.run_key(self.run, "run.json"), self.meta.to_json(), durable=durable)
+    def write_meta(self, *, durable: bool = False) -> bool:
+        """Write run.json; a failure (a full disk) is counted, never raised: True if written."""
+        try:
+            with self._meta_lock:
+                body = dumps(self.meta.to_json())
+            self.store.backend.write(self.store.run_key(self.run, "run.json"), body, durable=durable)
+            return True
+        except Exception as exc:  # noqa: BLE001 - training never stops because run.json cannot be written
+            self.write_failed("run.json", exc)
+            return False
 
     def _hyperparameters(self, values: dict[str, Any]) -> None:
         """argparse or flor.arg gave more hyperparameters after the run started."""
@@ -93,7 +115,8 @@ class RecordSession(Session):
             self.tracker.add(records)
             self.events(records)
 
-        self.writer.submit(job, 0, lambda exc: warn(f"writing TensorBoard events failed ({exc}); the logs are intact"))
+        self.writer.submit(job, 0, lambda exc: self.warn_once(
+            ("tensorboard",), f"writing TensorBoard events failed ({exc}); the logs are intact"))
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -104,18 +127,53 @@ class RecordSession(Session):
         except TypeError:
             pass  # a generator: the count is known at the end
         self.loop_started = time.perf_counter()
+        outer = self._outer_state()
         try:
             for epoch, item in enumerate(iterable):
                 self.epoch, self.epoch_blocks = epoch, []
                 self.mark("epoch", epoch)
                 self.epoch_started = time.perf_counter()
-                yield item
-                self.end_epoch(epoch)
+                if epoch == 0 and outer is not None:
+                    outer[0].start()
+                try:
+                    yield item
+                except GeneratorExit:  # the loop was left: by `break`/`return` (early stopping) or an exception
+                    if left_normally(self.loop_frame):
+                        self.meta.loop_ended = "break"
+                        self.end_epoch(epoch)  # its body ran to the end: the epoch counts
+                    else:
+                        self.meta.loop_ended = "error"
+                    raise
+                self.end_epoch(epoch, outer)
+            self.meta.loop_ended = "completed"
         finally:
+            if self.meta.loop_ended is None:
+                self.meta.loop_ended = "error"
+            if outer is not None:
+                outer[0].close()
+                outer[1].close()
             self.mark("after")
             self.end_loop()
 
-    def end_epoch(self, epoch: int) -> None:
+    def _outer_state(self) -> tuple[LoopFrame, OuterStateWriter] | None:
+        """The loop's frame and where its plain-data variables go at each epoch's end (see
+        ``flor.engine.outer``); None when flor.it was not called from a Python frame."""
+        if self.loop_frame is None:
+            return None
+        return LoopFrame(self.loop_frame), OuterStateWriter(self.layout.outer_state)
+
+    def end_epoch(self, epoch: int, outer: tuple[LoopFrame, OuterStateWriter] | None = None) -> None:
+        self.close_left_open("at the end of the epoch")
+        if outer is not None:  # the state the next epoch starts from, for a replay worker that starts there
+            t0 = time.perf_counter()
+            try:
+                state = outer[0].capture(self.passed_ids)
+            except Exception as exc:  # noqa: BLE001 - never stops training; a replay names what is missing
+                state = {"vars": {}, "unrestorable": [], "error": repr(exc)}
+            outer[1].write(epoch, state)
+            self.passed_ids.clear()
+            self.meta.timings["outer_state_s"] = round(self.meta.timings.get("outer_state_s", 0.0)
+                                                       + time.perf_counter() - t0, 6)
         self.meta.epochs_done = epoch + 1
         self.meta.epoch_blocks[str(epoch)] = self.epoch_blocks
         self.meta.timings["epoch_s"].append(round(time.perf_counter() - self.epoch_started, 6))
@@ -123,7 +181,10 @@ class RecordSession(Session):
         self.meta.checkpoint_policy = self.policy.describe()
         self.write_meta()
         if self.spool is not None:
-            self.spool.sync()
+            try:
+                self.spool.sync()
+            except Exception as exc:  # noqa: BLE001 - uploads never stop training
+                self.write_failed("spool", exc)
 
     # -- blocks ------------------------------------------------------------------------
 
@@ -136,9 +197,24 @@ class RecordSession(Session):
         self.rng_start = capture_rng()
         return True
 
+    def left_open(self, key: tuple[str, int | None, int]) -> None:
+        name, epoch, occ = key
+        if epoch is None:
+            self.meta.outside_blocks.append([name, occ])
+        else:  # listed, so a replay expects the block there; without a manifest it re-executes the epoch
+            self.epoch_blocks.append([name, occ])
+        with self._meta_lock:
+            self.meta.checkpoint_failures.append({
+                "block": name, "epoch": epoch, "occurrence": occ,
+                "error": "left open: an exception or `continue` skipped SkipBlock.end; not checkpointed"})
+
     def end(self, objs: tuple) -> Any:
         name, epoch, occ = self.close_block()
         elapsed = time.perf_counter() - self.block_started
+        if name not in self.ends_checked:  # once a block: an optimizer's scheduler or scaler left out?
+            self.ends_checked.add(name)
+            warn_forgotten(name, objs)
+        self.passed_ids.update(id(o) for o in objs)  # outer-loop state: these are checkpointed, not named
         if epoch is None:
             self.meta.outside_blocks.append([name, occ])
         else:
@@ -156,6 +232,9 @@ class RecordSession(Session):
 
         if self.pool is None:
             self.pool = BufferPool()
+        if not self.writer.has_room(self.snapshot_bytes.get(name, 0)):  # behind: skip, never wait
+            self._skipped(name, epoch, "writer behind")
+            return
         t0 = time.perf_counter()
         try:
             objects = snapshot(list(objs), pool=self.pool)
@@ -167,6 +246,7 @@ class RecordSession(Session):
         snap_s = time.perf_counter() - t0
         manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
         nbytes = objects.nbytes + rng.nbytes
+        self.snapshot_bytes[name] = nbytes
         on_gpu = objects.ready is not None  # the snapshot copied from a CUDA device
 
         def job() -> None:
@@ -187,10 +267,14 @@ class RecordSession(Session):
                 self.store.backend.sync_dir(d)
             body = {"objects": tree, "rng": rng_tree}
             manifest = {
-                "format": 1, "block": name, "epoch": epoch, "occurrence": occ, "count": len(objs),
+                "format": FORMAT, "block": name, "epoch": epoch, "occurrence": occ, "count": len(objs),
                 **body, "rng_start": rng_start_tree, "digest": _digest(body), "bytes": nbytes, "new_bytes": written[0],
                 "block_s": round(elapsed, 6), "snapshot_s": round(snap_s, 6), "created": time.time(),
             }
+            # sha256 over all of it; an HMAC with the user's key where a leaf is pickled (flor.store.trust)
+            seal(manifest, sign=signer(self.settings.config_dir) if has_pickles(manifest) else None)
+            if not self.writer.may_commit():
+                return  # abandoned at exit: without its manifest the checkpoint does not exist
             self.store.write_json(manifest_key, manifest)
             if self.spool is not None:  # queued only now: a manifest goes up after its blobs
                 self.spool.checkpoint(manifest_key)
@@ -200,15 +284,37 @@ class RecordSession(Session):
             if not on_gpu:  # training on the CPU shares the cores with this thread
                 self.policy.observe_background(name, cpu / cores())
 
-        self.writer.submit(job, nbytes, lambda exc: self._failed(name, epoch, exc))
-        stall = time.perf_counter() - t0  # the snapshot, plus any wait for the memory budget
+        if not self.writer.try_submit(job, nbytes, lambda exc: self._failed(name, epoch, exc), label=(name, epoch)):
+            self._skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
+            return
+        stall = time.perf_counter() - t0  # the snapshot (the writer never makes training wait)
         self.policy.observe(name, epoch, stall=stall)
         self.meta.timings.setdefault("stall_s", []).append(round(stall, 6))
 
     def _failed(self, name: str, epoch: int | None, exc: BaseException) -> None:
-        self.meta.checkpoint_failures.append({"block": name, "epoch": epoch, "error": repr(exc)})
-        warn(f"checkpoint of block {name!r} at epoch {epoch} failed ({exc}); training goes on "
-             "and a replay will re-execute that epoch")
+        with self._meta_lock:
+            self.meta.checkpoint_failures.append({"block": name, "epoch": epoch, "error": repr(exc)})
+        self.warn_once(("checkpoint",), f"checkpoint of block {name!r} at epoch {epoch} failed ({exc}); training "
+                       "goes on and a replay will re-execute that epoch (run.json lists every failed checkpoint)")
+
+    def _skipped(self, name: str, epoch: int | None, reason: str) -> None:
+        """A checkpoint not taken (the writer is behind) or abandoned (the exit flush timed out)."""
+        with self._meta_lock:
+            self.meta.checkpoint_skipped.append({"epoch": epoch, "block": name, "reason": reason})
+        if reason == "writer behind":
+            self.warn_once(("writer behind",), (
+                f"the background writer is behind ({self.writer.pending_bytes / 2**20:.0f} MiB of checkpoints queued, "
+                f"the limit is {self.writer.budget / 2**20:.0f} MiB, FLOR_WRITER_MEMORY): checkpoint of block {name!r} "
+                f"at epoch {epoch} skipped rather than making training wait; replay re-executes such epochs "
+                "(run.json: checkpoint_skipped)"))
+
+    def settle(self) -> None:
+        """A signal goes to the script's own handler next: flush within FLOR_FLUSH_TIMEOUT, write run.json."""
+        self.logs.flush()
+        self.writer.flush(self.settings.flush_timeout)
+        self.meta.status = "terminated"
+        self.meta.error = getattr(self, "terminated_by", None)
+        self.write_meta(durable=True)
 
     # -- logs and exit -----------------------------------------------------------------
 
@@ -219,10 +325,22 @@ class RecordSession(Session):
         if self._closed:
             return
         self._closed = True
+        self.close_left_open("at exit")
+        if self.loop == "in" and self.epoch is not None and self.exit_error is None:
+            # the script ended inside the loop without an error: it left the loop (a `break` on a
+            # loop object it still holds, or sys.exit) after the body of this epoch ran
+            self.meta.loop_ended = "break"
+            self.end_epoch(self.epoch)
         self.mark("end")
         try:
             self.logs.flush()
-            self.writer.close()
+            left = self.writer.close(timeout=self.settings.flush_timeout)  # bounded, also on SIGTERM
+            for block, epoch in left:  # abandoned whole: their manifests are never written
+                self._skipped(block, epoch, "exit flush timed out")
+            if left:
+                print(f"flor: abandoned {len(left)} checkpoint(s) still being written "
+                      f"{self.settings.flush_timeout:g} s after the run ended (FLOR_FLUSH_TIMEOUT); "
+                      "a replay re-executes those epochs (run.json: checkpoint_skipped)", file=sys.stderr)
             self.events.close()
         except Exception:  # noqa: BLE001 - report, then still write the final status
             traceback.print_exc()
@@ -234,17 +352,24 @@ class RecordSession(Session):
             print(f"flor: checkpointed {done} of {done + len(self.policy.skipped)} epochs to keep the training "
                   f"thread's checkpoint stall within {self.policy.overhead:.1%} of training time "
                   f"(--flor_overhead); replay re-executes the others from the nearest checkpoint", file=sys.stderr)
-        self.meta.status = "finished" if self.exit_error is None else (
-            "interrupted" if self.exit_error == "interrupted" else "crashed")
-        if self.exit_error not in (None, "interrupted"):
-            self.meta.error = self.exit_error
+        self.meta.status = {None: "finished", "interrupted": "interrupted",
+                            "terminated": "terminated"}.get(self.exit_error, "crashed")
+        if self.exit_error not in (None, "interrupted"):  # terminated: the signal's name
+            self.meta.error = getattr(self, "terminated_by", None) or self.exit_error
         self.meta.ended = time.time()
+        failed = len(self.meta.checkpoint_failures)
+        if failed or self.write_failures:
+            counts = ", ".join(f"{kind} {n}" for kind, n in sorted(self.write_failures.items()))
+            print(f"flor: {failed} checkpoint(s) failed" + (f" and writes failed ({counts})" if counts else "")
+                  + "; training was not affected, a replay re-executes the epochs without a checkpoint"
+                  + " (run.json: checkpoint_failures, write_failures)", file=sys.stderr)
         try:
-            self.write_meta(durable=True)
-        finally:
             self.untee_output()
+        finally:
+            self.write_meta(durable=True)  # last, so it counts a failure to save the output log too
         if self.spool is not None:  # after the tee: stdout.log is complete and goes up too
-            self.spool.finish(self.settings.spool_wait)
+            wait = self.settings.spool_wait
+            self.spool.finish(min(wait, self.settings.flush_timeout) if self.exit_error == "terminated" else wait)
 
 
 def _digest(body: dict) -> str:

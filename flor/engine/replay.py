@@ -19,6 +19,8 @@ from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
 from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
+from .objects import arity_message
+from .outer import LoopFrame, decode, left_normally, read_outer_state
 from .session import Session, as_result
 from ..placement import new_replay_id, pid_alive
 from ..settings import Settings
@@ -61,7 +63,9 @@ class ReplaySession(Session):
         self.from_restore = False  # ... and was last set from a checkpoint
         self.pending: tuple[str, dict | None, dict | None] | None = None
         self.available = set(self.store.manifests(self.run))
+        self._sound: set[tuple] = set()  # manifests read and found intact (``_drop_damaged``)
         self.notes: list[str] = []
+        self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
         self.io = {"load_s": 0.0, "restore_s": 0.0, "restore_bytes": 0}  # for the benchmarks
         self._prefetched: dict[tuple, Any] = {}
         self._rng_noted = False
@@ -74,14 +78,15 @@ class ReplaySession(Session):
         self.tee_output(self.layout.replay_output(self.replay_id, self.pid))
 
         status = self.meta.status
-        if status == "running" and pid_alive(int(self.meta.pid or 0)):
+        self.recording_alive = status == "running" and bool(self.meta.pid) and pid_alive(int(self.meta.pid or 0))
+        if self.recording_alive:
             self.note("the recording is still running; replaying the checkpoints it has so far")
         elif status == "running":
             self.note("the recording did not finish (its process is gone: killed or crashed); "
                       "epochs without checkpoints are re-executed")
         elif status != "finished":
             self.note(f"the recording ended as {status!r}; epochs without checkpoints are re-executed")
-        recorded_threads = self.meta.torch_threads
+        recorded_threads = self.meta.threads  # range-checked: a damaged value never reaches torch
         if earlier is not None:
             self.note(f"worker {self.pid} of replay {self.replay_id} ran before; its earlier output is in {earlier}")
         if settings.threads is not None:  # asked for: faster with many workers on one machine, not bit-exact
@@ -98,6 +103,9 @@ class ReplaySession(Session):
         self._install_hooks()
 
     def note(self, text: str) -> None:
+        """Say ``text`` now, once; the summary file keeps it, the printed summary does not repeat it."""
+        if text in self.notes:
+            return
         self.notes.append(text)
         print(f"flor: {text}", file=sys.stderr)
 
@@ -123,8 +131,16 @@ class ReplaySession(Session):
         blocks = self.meta.epoch_blocks.get(str(epoch))
         return bool(blocks) and all((name, epoch, occ) in self.available for name, occ in blocks)
 
-    def iterate(self, iterable: Any) -> Iterator[Any]:
-        self.begin_loop()
+    def loop_length(self, iterable: Any) -> int:
+        """The items this worker's loop yields: its initialization epochs, then its segment."""
+        plan = self.loop_plan(iterable)
+        return max(0, plan.stop - plan.first)
+
+    def loop_plan(self, iterable: Any) -> ReplayPlan:
+        """This worker's plan for the loop over ``iterable``, made once: ``len(flor.it(...))``
+        (tqdm's total) may ask before the loop starts."""
+        if self.plan is not None:
+            return self.plan
         try:
             length: int | None = len(iterable)
         except TypeError:
@@ -135,15 +151,25 @@ class ReplaySession(Session):
                 f"the epoch loop now has {length} epochs but the recording {self.run} had {planned}: "
                 "replay with the recorded arguments, or record again"
             )
-        epochs = length if length is not None else int(planned or self.meta.epochs_done or 0)
-        if length is None and planned is None and self.meta.status != "finished":
-            self.note(f"the loop has no len() and the recording ended after {epochs} epochs; replaying those")
+        epochs = self.meta.epochs  # exactly the epochs the recording ran (RunMeta.epochs decides)
+        if length is not None:
+            epochs = min(epochs, length)
+        if self.recording_alive:
+            self.note(f"the recording is still running: replaying the {epochs} epochs it has finished")
+        elif self.meta.status == "running":
+            self.note(f"the recording ended after {epochs} epochs (its process is gone); replaying those")
+        elif self.meta.stopped_early or (planned is None and self.meta.status != "finished"):
+            self.note(f"the recording ran {self.meta.epochs_text()} epochs; replaying epochs 0-{epochs - 1}"
+                      if epochs else f"the recording ran {self.meta.epochs_text()} epochs; there is nothing to replay")
         restorable = {e for e in range(epochs) if self.restorable(e)}
         within = select(epochs, self.settings.epoch_range) if self.settings.epoch_range else None
         if within is not None and len(within) == 0:
             raise ReplayError(f"--flor_epochs {self.settings.epoch_range[0]}:{self.settings.epoch_range[1] or ''} "
                               f"selects no epoch of the recording's {epochs}: epochs are 0 to {epochs - 1}")
         plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
+        while self._drop_damaged(range(plan.first, plan.stop)):  # what a damaged manifest held is not restorable
+            restorable = {e for e in range(epochs) if self.restorable(e)}
+            plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
         for text in check_replay_world(self.ngpus, self.meta, plan, restorable):
             self.note(text)
         self.plan = plan
@@ -156,6 +182,48 @@ class ReplaySession(Session):
         init = f"{plan.init.start}-{plan.init.stop - 1}" if len(plan.init) else "none"
         self.summary.header = (f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker "
                                f"{self.pid}/{self.ngpus}: epochs {seg} (initialization epochs {init})")
+        return plan
+
+    def _drop_damaged(self, epochs: range) -> bool:
+        """Read the manifests of ``epochs`` before the plan relies on them; a damaged one (its
+        checksum, structure or file name wrong) leaves ``available`` with one note naming the
+        file, so the plan re-executes it from the nearest earlier checkpoint. True when one did."""
+        dropped = False
+        for epoch in epochs:
+            for name, occ in self.meta.epoch_blocks.get(str(epoch), []):
+                key = (name, epoch, occ)
+                if key not in self.available or key in self._sound:
+                    continue
+                try:
+                    self.store.read_manifest(self.run, *key)
+                except FlorError as exc:
+                    if self.settings.strict:
+                        raise CheckpointError(f"{exc} (--flor_strict: a replay does not go on without it)") from exc
+                    self.available.discard(key)
+                    self.note(f"{exc}; replay re-executes that epoch from the nearest earlier checkpoint")
+                    dropped = True
+                else:
+                    self._sound.add(key)
+        return dropped
+
+    def _pickles(self, manifest: dict) -> Any:
+        """May this manifest's pickled leaves be loaded? Only when it is signed with this user's
+        key, or with --flor_trust_pickles (flor.store.trust)."""
+        from ..state import PickleTrust
+        from ..store import trust
+        from ..store.manifest import canonical_bytes, has_pickles
+
+        key = str(trust.key_file(self.settings.config_dir))
+        if self.settings.trust_pickles:
+            return PickleTrust(True, key_file=key)
+        if not has_pickles(manifest):
+            return PickleTrust(False, key_file=key)
+        why = trust.verify(manifest.get("hmac"), canonical_bytes(manifest), self.settings.config_dir)
+        return PickleTrust(why is None, why or "", key)
+
+    def iterate(self, iterable: Any) -> Iterator[Any]:
+        self.begin_loop()
+        plan = self.loop_plan(iterable)
         try:
             seen = 0
             for epoch, item in enumerate(iterable):
@@ -163,10 +231,26 @@ class ReplaySession(Session):
                 if epoch < plan.first:
                     continue
                 if epoch >= plan.stop:
+                    if epoch == self.meta.epochs and self.meta.loop_ended == "break":
+                        self.summary.loop.append(
+                            f"loop: the recording left the loop after epoch {epoch - 1} (a break: early stopping) "
+                            f"but the replayed loop went on to epoch {epoch}; likely cause: state the stopping "
+                            "rule reads was not restored (see the notes) or the training code changed")
                     break
                 self.epoch, self.initializing = epoch, epoch < plan.segment.start
                 self.mark("epoch", epoch, init=self.initializing)
-                yield item
+                if epoch == plan.first and epoch > 0:
+                    self._restore_outer(epoch - 1)
+                try:
+                    yield item
+                except GeneratorExit:
+                    if left_normally(self.loop_frame) and epoch < self.meta.epochs - 1:
+                        self.summary.loop.append(
+                            f"loop: the replayed loop stopped after epoch {epoch} (a break or return) but the "
+                            f"recording went on to epoch {self.meta.epochs - 1}; likely cause: state the stopping "
+                            "rule reads was not restored (see the notes) or the training code changed")
+                    raise
+                self.close_left_open("at the end of the epoch")
                 self.logs.flush()
             else:
                 if seen < plan.stop:
@@ -175,6 +259,43 @@ class ReplaySession(Session):
             self.mark("after")
             self.end_loop()
             self.initializing = False
+
+    def _restore_outer(self, after: int) -> None:
+        """Give the loop's own variables (best value, patience, EMA, counters) the values the
+        recording had at the end of epoch ``after``, before this worker's first epoch."""
+        frame = self.loop_frame
+        if frame is None:
+            return
+        loop = LoopFrame(frame)
+        try:
+            rec = read_outer_state(self.layout.outer_state, after)
+            if rec is None:
+                self.note(f"the recording has no outer-loop state for epoch {after} (recorded by an older flor, or "
+                          "its write failed): variables of the loop outside end() start as the script sets them "
+                          "before the loop; replay with --flor_strong if they matter")
+                return
+            values, missing = {}, list(rec["unrestorable"])
+            for name, node in rec["vars"].items():
+                try:
+                    values[str(name)] = decode(node)
+                except (ValueError, TypeError, AttributeError):
+                    missing.append(str(name))
+            missing += loop.restore(values)
+            self.outer_restored = sorted(set(values) - set(missing))
+            if self.outer_restored:
+                shown = ", ".join(self.outer_restored[:12]) + (
+                    f" and {len(self.outer_restored) - 12} more" if len(self.outer_restored) > 12 else "")
+                self.note(f"outer-loop variables restored as recorded at the end of epoch {after}: {shown}")
+        finally:
+            loop.close()
+        if missing:
+            names = ", ".join(sorted(set(missing)))
+            text = (f"outer-loop variables of {loop.where} that this worker (starting at epoch {after + 1}) "
+                    f"cannot restore: {names}. They are not plain data (or too big) and changed in the loop; "
+                    "pass them to SkipBlock.end(), or replay with --flor_strong")
+            if self.settings.strict:
+                raise ReplayError(text + " (--flor_strict)")
+            self.note(text)
 
     # -- blocks ------------------------------------------------------------------------
 
@@ -237,7 +358,8 @@ class ReplaySession(Session):
         differs = sorted({p.split(".")[0].split("[")[0] for p in diff_nodes(manifest["rng_start"], now)})
         if differs:
             cache = self.store.blobs.get_many(blob_hashes(manifest["rng_start"]))
-            restore_rng(decode(manifest["rng_start"], cache.__getitem__))
+            restore_rng(decode(manifest["rng_start"], cache.__getitem__, path="rng_start",
+                               pickles=self._pickles(manifest)))
             if not self._rng_noted:
                 self._rng_noted = True
                 self.note(f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
@@ -272,10 +394,19 @@ class ReplaySession(Session):
         from ..state import restore_all
 
         t0 = time.perf_counter()
-        restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__)
+        restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
+                               pickles=self._pickles(manifest))
         self.io["restore_s"] += time.perf_counter() - t0
         self.anchored = self.from_restore = True
         return tuple(restored)
+
+    def left_open(self, key: tuple[str, int | None, int]) -> None:
+        """An exception (or ``continue``) skipped the block's ``end``, as it did in the recording,
+        which has no checkpoint of it then: the block was executed and is left as it is."""
+        name, epoch, occ = key
+        self.pending = None
+        self.summary.events.append(BlockEvent(epoch, name, occ, "executed (no checkpoint)",
+                                              initializing=self.initializing))
 
     def end(self, objs: tuple) -> Any:
         name, epoch, occ = self.close_block()
@@ -283,10 +414,8 @@ class ReplaySession(Session):
         action, manifest, cache = self.pending
         self.pending = None
         if manifest is not None and manifest.get("count", len(objs)) != len(objs):
-            raise StateError(
-                f"SkipBlock.end({name!r}) got {len(objs)} objects at epoch {epoch}; the recording "
-                f"passed {manifest['count']}: pass the same objects, in the same order"
-            )
+            recorded = (manifest.get("objects") or {}).get("v") or []
+            raise StateError(arity_message(name, epoch, list(recorded), objs))
         event = BlockEvent(epoch, name, occ, "restored", initializing=self.initializing)
         if action == "restore":
             objs = self._restore(manifest, cache, objs)
@@ -373,8 +502,9 @@ class ReplaySession(Session):
                 s.log_cause = ("code outside the blocks depends on state that was not passed to end(), "
                                "or on randomness drawn inside a block")
         s.notes = self.notes
-        s.failed = self.exit_error
-        report = s.render()
+        s.lenient = self.settings.lenient
+        s.failed = f"{self.exit_error}: {self.exit_detail}" if self.exit_detail else self.exit_error  # names why
+        report = s.render(shown=self.notes)  # the notes were printed as they came
         print(report, file=sys.stderr)
         sys.stderr.flush()
         try:
@@ -382,7 +512,8 @@ class ReplaySession(Session):
                 "replay": self.replay_id, "run": self.run, "worker": self.pid, "ngpus": self.ngpus,
                 "segment": [self.plan.segment.start, self.plan.segment.stop] if self.plan else None,
                 "init": [self.plan.init.start, self.plan.init.stop] if self.plan else None,
-                "exit": self.exit_error, "io": self.io, **s.to_json(),
+                "exit": self.exit_error, "io": self.io, "outer_restored": self.outer_restored, **s.to_json(),
+                "lenient": self.settings.lenient, "script_sha256": _script_sha256(),  # the script the values came from
             }, indent=1, default=str))
         except OSError as exc:
             print(f"flor: could not write {self.summary_path}: {exc}", file=sys.stderr)
@@ -393,7 +524,17 @@ class ReplaySession(Session):
             outputs = [self.logs.path, self.summary_path, self.layout.replay_output(self.replay_id, self.pid)]
             keys = [p.relative_to(self.store.root).as_posix() for p in outputs]
             spool_files(self.store, self.settings.spool, keys)
-        if self.settings.strict and s.diverged and self.exit_error is None:
+        if s.diverged and not self.settings.lenient and self.exit_error is None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(3)
+
+
+def _script_sha256() -> str | None:
+    """sha256 of the script this process runs (``sys.argv[0]``): the version its logged values came from."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(sys.argv[0]).read_bytes()).hexdigest() if sys.argv and sys.argv[0] else None
+    except OSError:
+        return None

@@ -11,13 +11,14 @@ import atexit
 import json
 import shutil
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, FlorError, warn
-from ..logs import NOT_SCALAR, to_scalar
+from ..logs import NOT_SCALAR, to_scalar, to_step
 from ..settings import Settings
 from ..store import ExperimentStore
 
@@ -33,23 +34,28 @@ def new_run_id() -> str:
 class Tee:
     """Write to the real stream and to a log file; everything else goes to the real stream."""
 
-    def __init__(self, stream: Any, log: Any) -> None:
+    def __init__(self, stream: Any, log: Any, on_error: Any = None) -> None:
         self._stream = stream
         self._log = log
+        self._on_error = on_error  # a failed copy to the log is counted there, never raised
 
     def write(self, text: str) -> int:
         try:
             self._log.write(text)
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as exc:
+            self._failed(exc)
         return self._stream.write(text)
 
     def flush(self) -> None:
         try:
             self._log.flush()
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as exc:
+            self._failed(exc)
         self._stream.flush()
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._on_error is not None and not isinstance(exc, ValueError):  # ValueError: the log is closed
+            self._on_error(exc)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -59,6 +65,8 @@ class Session:
     """Bookkeeping common to record and replay: where in the loop we are, the open block."""
 
     mode = "session"
+    #: the frame that called ``flor.it`` (set by the API): its variables are the outer-loop state
+    loop_frame: Any = None
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -71,10 +79,14 @@ class Session:
         self.block_started = 0.0
         self.started = time.time()
         self.exit_error: str | None = None
+        self.exit_detail = ""
         self._tee_file: Any = None
         self._marks_file: Any = None
         self._streams: tuple[Any, Any] | None = None
         self._closed = False  # subclasses call _install_hooks() once fully set up
+        self._warned: set = set()
+        self._warned_lock = threading.RLock()
+        self.write_failures: dict[str, int] = {}
 
 
     # -- process hooks -----------------------------------------------------------------
@@ -84,19 +96,36 @@ class Session:
 
         def hook(exc_type: type, exc: BaseException, tb: Any) -> None:
             self.exit_error = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else exc_type.__name__
+            self.exit_detail = " ".join(str(exc).split())[:300]  # the replay summary's last line names it
             previous(exc_type, exc, tb)
 
         sys.excepthook = hook
+        from .signals import install as handle_signals
+
+        handle_signals(self)  # SIGTERM/SIGHUP: settle, status "terminated", then the default action
         atexit.register(self.close)
 
     def tee_output(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._tee_file = open(path, "a", encoding="utf-8", buffering=1)
-        self._marks_file = open(marks_path(path), "a", encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._tee_file = open(path, "a", encoding="utf-8", buffering=1)
+            self._marks_file = open(marks_path(path), "a", encoding="utf-8")
+        except OSError as exc:  # no copy of the output; the script's own output is untouched
+            self.write_failed("stdout", exc)
+            return
         self._streams = (sys.stdout, sys.stderr)
-        sys.stdout = Tee(sys.stdout, self._tee_file)
-        sys.stderr = Tee(sys.stderr, self._tee_file)
+        on_error = lambda exc: self.write_failed("stdout", exc)  # noqa: E731
+        sys.stdout = Tee(sys.stdout, self._tee_file, on_error)
+        sys.stderr = Tee(sys.stderr, self._tee_file, on_error)
         self.mark("start")
+
+    def write_failed(self, kind: str, exc: BaseException) -> None:
+        """Count a failed write of ``kind`` (``run.json``, ``logs``, ``stdout``, ...) and warn the
+        first time: the run goes on without it; run.json lists the counts."""
+        with self._warned_lock:
+            self.write_failures[kind] = self.write_failures.get(kind, 0) + 1
+        self.warn_once(("write", kind), f"writing {kind} failed ({exc}); training goes on, and run.json "
+                                        "counts the failed writes (write_failures)")
 
     def mark(self, kind: str, epoch: int | None = None, **extra: Any) -> None:
         """Note the byte offset in the output log where ``kind`` (start, epoch, after, end)
@@ -111,8 +140,10 @@ class Session:
                 rec["epoch"] = epoch
             self._marks_file.write(json.dumps(rec) + "\n")
             self._marks_file.flush()
-        except (OSError, ValueError):
-            pass  # marks help the readers; they must never fail training
+        except OSError as exc:  # marks help the readers; they must never fail training
+            self.write_failed("stdout marks", exc)
+        except ValueError:
+            pass  # closed
 
     def untee_output(self) -> None:
         if self._streams is not None:
@@ -120,12 +151,14 @@ class Session:
             sys.stderr.flush()
             sys.stdout, sys.stderr = self._streams
             self._streams = None
-        if self._tee_file is not None:
-            self._tee_file.close()
-            self._tee_file = None
-        if self._marks_file is not None:
-            self._marks_file.close()
-            self._marks_file = None
+        for attr in ("_tee_file", "_marks_file"):
+            fh = getattr(self, attr)
+            setattr(self, attr, None)
+            if fh is not None:
+                try:
+                    fh.close()
+                except OSError as exc:  # the last buffered lines could not be written
+                    self.write_failed("stdout", exc)
 
     # -- loop and blocks ---------------------------------------------------------------
 
@@ -144,10 +177,7 @@ class Session:
     def open_block(self, name: str) -> tuple[str, int | None, int]:
         self.store.check_block_name(name)
         if self.open is not None:
-            raise CheckpointError(
-                f"SkipBlock {name!r} was entered inside SkipBlock {self.open[0]!r}: blocks cannot "
-                "nest; call SkipBlock.end for the outer block first, or merge them into one block"
-            )
+            self.close_left_open(f"when SkipBlock {name!r} was entered")
         occ = self.occurrences.get((name, self.epoch), 0)
         self.occurrences[(name, self.epoch)] = occ + 1
         self.open = (name, self.epoch, occ)
@@ -163,6 +193,28 @@ class Session:
         key, self.open = self.open, None
         return key
 
+    def close_left_open(self, when: str) -> None:
+        """Close a block whose ``SkipBlock.end`` was never reached (an exception caught around
+        it, ``continue`` past it, or a nested ``step_into``), with one warning per block name.
+
+        Called at the next ``step_into`` and at the end of each epoch, in record and replay
+        alike: the block has no checkpoint for that epoch, so a replay re-executes it.
+        """
+        if self.open is None:
+            return
+        key = self.open
+        self.open = None
+        name, epoch, _ = key
+        at = "outside the loop" if epoch is None else f"at epoch {epoch}"
+        self.warn_once(("left open", name), (
+            f"SkipBlock {name!r} {at} was still open {when}: an exception (or `continue`) skipped its "
+            "SkipBlock.end, or blocks were nested (they cannot be). flor closed it without a checkpoint; "
+            "a replay re-executes that epoch"))
+        self.left_open(key)
+
+    def left_open(self, key: tuple[str, int | None, int]) -> None:
+        """What a mode does with a block closed by ``close_left_open``."""
+
     def where(self) -> str | None:
         """``before``/``after`` for values logged outside the loop, None inside it."""
         return None if self.loop == "in" else self.loop
@@ -172,25 +224,62 @@ class Session:
     def iterate(self, iterable: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def loop_length(self, iterable: Any) -> int:
+        """How many items ``iterate(iterable)`` will yield (``len()`` of ``flor.it``); TypeError
+        when that is not known (a generator while recording)."""
+        return len(iterable)
+
     def step_into(self, name: str, probed: bool) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def end(self, objs: tuple) -> tuple:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def log(self, name: str, value: Any, step: Any) -> None:
-        scalar = to_scalar(value)
-        if scalar is NOT_SCALAR:
-            warn(f"flor.log({name!r}, ...) got a {type(value).__name__}, not a scalar; log numbers, "
-                 "bools, strings or one-element tensors (value not recorded)")
-            return
-        self.write_log(name, scalar, step)
+    def log(self, name: Any, value: Any, step: Any) -> None:
+        """Coerce and buffer one value; never raises (an odd name, value or step drops the
+        value with one warning per log name and kind)."""
+        try:
+            if type(name) is not str:
+                self.warn_once(("log-name", type(name).__name__),
+                               f"flor.log got a {type(name).__name__} as its name ({name!r:.40}); names are "
+                               "strings (value not recorded)")
+                return
+            scalar = to_scalar(value)
+            if scalar is NOT_SCALAR:
+                self.warn_once(("log", name, type(value).__name__),
+                               f"flor.log({name!r}, ...) got a {type(value).__name__}, not a scalar; log numbers, "
+                               "bools, strings or one-element tensors (value not recorded)")
+                return
+            whole = to_step(step)
+            if whole is NOT_SCALAR:
+                self.warn_once(("step", name, type(step).__name__),
+                               f"flor.log({name!r}, ..., step=...) got the step {step!r:.40} ({type(step).__name__}); "
+                               "a step is a whole number (int, NumPy or one-element tensor integer, or a whole "
+                               "float) or None (value not recorded)")
+                return
+            self.write_log(name, scalar, whole)
+        except Exception as exc:  # noqa: BLE001 - flor.log never raises on the training thread
+            self.warn_once(("log-failed", name if isinstance(name, str) else None),
+                           f"flor.log({name!r:.40}, ...) failed ({exc!r}); value not recorded")
+
+    def warn_once(self, kind: Any, message: str) -> bool:
+        """Warn about ``kind`` the first time only; True if this call warned."""
+        with self._warned_lock:
+            if kind in self._warned:
+                return False
+            self._warned.add(kind)
+        warn(message)
+        return True
 
     def write_log(self, name: str, value: Any, step: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def close(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def settle(self) -> None:
+        """Make pending work durable without ending the session, within the flush timeout:
+        a signal is about to go to the script's own handler, which may let the script go on."""
 
 
 def marks_path(log: Path) -> Path:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import FlorError
 from ..placement import cores
 from ..plan import BlockCost, EpochCost, estimate, fastest, make_plan, restorable_epochs
 from ..runinfo import busy_cores
@@ -98,7 +99,7 @@ def epoch_costs(store: ExperimentStore, run: str, meta: RunMeta) -> list[EpochCo
             continue
         try:
             manifests[(block, epoch, occ)] = store.read_manifest(run, block, epoch, occ)
-        except Exception:  # noqa: BLE001 - an unreadable checkpoint is re-executed; cost it so
+        except FlorError:  # an unreadable checkpoint is re-executed; cost it so
             continue
     timings = meta.timings
     epoch_s = list(timings.get("epoch_s") or [])

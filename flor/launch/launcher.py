@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import socket
 import subprocess
 import sys
@@ -40,10 +39,13 @@ from .._fmt import clock, progress, span
 from ..errors import ConfigError
 from ..store.runlogs import retire_worker_files
 from ..placement import cores, new_replay_id, pid_alive
+from ..runinfo import redact_argv, redact_command
+from ..store.ids import is_replay_id
 from ..plan import select
 from ..store import ExperimentStore
 from .estimate import ReplayEstimate, estimate_replay
 from .executor import Executor
+from .output import WorkerOutput, clean
 from .report import merged_summary
 from .workers import WorkerState, failure
 
@@ -139,12 +141,16 @@ class Launch:
         self.states = [WorkerState(w, self.estimate.plans[w]) for w in range(self.workers)]
         self._lock = threading.Lock()  # the output threads and the progress bar share the streams
         self._bar: Any = None  # tqdm's bar while the workers run
+        self._said: set[str] = set()  # the workers' notes shown so far: each is shown once
         self.started = time.time()
+        self.tag = ""  # before each worker's [wN] prefix: a sweep names the run there
+        self.extra_env: dict[str, str] = {}  # a sweep's PYTHONPATH for a transplanted script
 
     # -- the launch record and resuming ------------------------------------------------
 
     def _identity(self) -> dict[str, Any]:
-        return {"command": self.command, "script_sha256": _sha256(self.script), "workers": self.workers,
+        # kept in logs/launch-<id>.json, which may be spooled and shared: secrets hidden
+        return {"command": redact_argv(self.command), "script_sha256": _sha256(self.script), "workers": self.workers,
                 "epochs": list(self.epoch_range) if self.epoch_range else None, "strong": self.strong,
                 "threads": self.threads}
 
@@ -154,9 +160,11 @@ class Launch:
         records = []
         for path in self.layout.launch_records():
             try:
-                records.append(json.loads(path.read_text()))
+                rec = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
+            if isinstance(rec, dict) and is_replay_id(rec.get("replay")):  # its id names files: checked
+                records.append(rec)
         if not records:
             return None
         newest = max(records, key=lambda r: float(r.get("started") or 0))
@@ -201,7 +209,8 @@ class Launch:
     # -- workers -------------------------------------------------------------------------
 
     def env(self, w: int) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOR_") or k in ("FLOR_HOME", "FLOR_SPOOL")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOR_") or k in (
+            "FLOR_HOME", "FLOR_SPOOL", "FLOR_LENIENT", "FLOR_STRICT")}  # how a divergence ends: the user's choice
         for k in _PLACEMENT_VARS:
             env.pop(k, None)
         env.update({"FLOR_NAME": self.store.name, "FLOR_REPLAY": f"{w}/{self.workers}",
@@ -216,6 +225,7 @@ class Launch:
         threads = str(self.estimate.threads)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = threads
         env["CUDA_VISIBLE_DEVICES"] = self.gpus[w % len(self.gpus)] if self.gpus else ""
+        env.update(self.extra_env)
         if int(self.meta.world_size or 1) > 1:  # a DDP recording: each worker a world of one
             env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
@@ -236,9 +246,14 @@ class Launch:
     def _pump(self, state: WorkerState) -> None:
         """The one output thread of a worker, whatever runs it: prefix, print and keep its tail."""
         assert state.handle is not None  # started
+        view = WorkerOutput(self.replay_id, self._said)  # no bar redraws, no repeated notes, no own summary
         for line in state.handle.lines():
-            state.tail.append(line.rstrip("\n"))
-            self._emit(self.out, f"[w{state.index}] {line if line.endswith(chr(10)) else line + chr(10)}")
+            text = clean(line)
+            if text is not None:
+                state.tail.append(text)  # a failed worker's last lines: its summary included
+            shown = view.show(line)
+            if shown is not None:
+                self._emit(self.out, f"[{self.tag}w{state.index}] {shown}\n")
 
     def _eta(self) -> float | None:
         """Seconds until the slowest running worker is done: its own pace so far, else the estimate."""
@@ -343,14 +358,21 @@ class Launch:
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
+        return self.finish(pending)[0]
+
+    def finish(self, pending: list[WorkerState], *, show: bool = True) -> tuple[int, dict[str, Any]]:
+        """Merge the workers' summaries, keep them (and print them with ``show``); the exit status
+        (0 done, 1 a worker failed, 3 diverged) and the merged summary."""
         failed = [s for s in pending if not (s.rc in (0, 3) and self.worker_done(s.index))]
         summary = merged_summary(self.run_dir, self.replay_id, self.workers,
-                                 failures={s.index: failure(s) for s in failed}, header=self._header())
-        self._emit(self.err, summary["text"] + "\n")
+                                 failures={s.index: failure(s) for s in failed}, header=self._header(),
+                                 shown=WorkerOutput(self.replay_id, self._said).notes())
+        if show:
+            self._emit(self.err, summary["text"] + "\n")
         self.write_record("finished" if not failed else "failed", {k: v for k, v in summary.items() if k != "text"})
         if failed:
-            return 1
-        return 3 if any(s.rc == 3 for s in pending) else 0
+            return 1, summary
+        return (3 if any(s.rc == 3 for s in pending) else 0), summary
 
     def _header(self) -> str:
         took = time.time() - self.started
@@ -383,7 +405,7 @@ def run_launch(store: ExperimentStore, run: str, command: list[str], *, executor
         flag, eq, value = word.partition("=")
         if flag in ("--replay_flor", "--flor_run", "--flor_epochs", "--flor_threads", "--flor_strong"):
             raise ConfigError(f"leave {flag} out of the command: flor replay sets it for each worker "
-                              f"(the command was: {shlex.join(command)})")
+                              f"(the command was: {redact_command(command)})")
         if flag == "--flor":
             given = value if eq else (command[i + 1] if i + 1 < len(command) else "")
             if given != store.name:

@@ -12,6 +12,7 @@ import subprocess
 from typing import Iterator, Mapping, Sequence
 
 from .executor import Worker
+from .output import read_lines
 
 __all__ = ["LocalExecutor", "LocalWorker"]
 
@@ -20,12 +21,11 @@ class LocalWorker:
     """A worker process; its stderr joins its stdout so the lines keep their order."""
 
     def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
-        self.proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1, errors="replace")
+        self.proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def lines(self) -> Iterator[str]:
         assert self.proc.stdout is not None  # piped above
-        yield from self.proc.stdout
+        yield from read_lines(self.proc.stdout)  # a progress bar's \r stays inside its line
 
     def poll(self) -> int | None:
         return self.proc.poll()

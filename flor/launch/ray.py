@@ -37,10 +37,11 @@ def _run_worker(command: list[str], env: dict[str, str], cwd: str, gpus: int) ->
 
     if gpus:
         env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in ray.get_gpu_ids())}
-    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1, errors="replace")
+    from .output import read_lines
+
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None  # piped above
-    for line in proc.stdout:  # not `yield from`: Ray's generator protocol would reach the file's send()
+    for line in read_lines(proc.stdout):  # not `yield from`: Ray's generator protocol would reach send()
         yield line
     yield proc.wait()
 

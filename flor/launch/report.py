@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Collection, TextIO
 
 from .._fmt import span
 from ..errors import FlorError
@@ -22,8 +22,10 @@ __all__ = ["merged_summary", "print_plan", "replay_report"]
 
 
 def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
-                   failures: dict[int, str] | None = None, header: str | None = None) -> dict[str, Any]:
-    """One verification report for all workers of a replay, from their ``*.summary.json``.
+                   failures: dict[int, str] | None = None, header: str | None = None,
+                   shown: Collection[str] = ()) -> dict[str, Any]:
+    """One verification report for all workers of a replay, from their ``*.summary.json``;
+    notes in ``shown`` (already printed while the workers ran) are not repeated in its text.
 
     Workers without a summary (not run yet, killed) are listed as missing. Works for replays
     placed by ``flor replay``, torchrun, Slurm or Ray alike: only the files are read.
@@ -56,11 +58,13 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
         merged.shared_logs += int(s.get("shared_logs") or 0)
         merged.log_mismatches.extend(s.get("log_mismatches") or [])
         merged.hindsight = sorted(set(merged.hindsight) | set(s.get("hindsight") or []))
+        merged.loop.extend(x for x in s.get("loop") or [] if x not in merged.loop)  # the loop stopped elsewhere
+        merged.lenient = merged.lenient or bool(s.get("lenient"))  # its last line: exit status 3, or 0 lenient
         notes.extend(x for x in s.get("notes") or [] if x not in notes)
     merged.notes = notes
     if failures:
         merged.failed = f"{len(failures)} of {n} workers did not finish"
-    text = merged.render().split("\n")
+    text = merged.render(shown=shown).split("\n")
     body = [text[0], *lines, *text[1:-1]]
     body.extend(f"  {f}" for f in failures.values())
     verdict_line = text[-1]
@@ -77,7 +81,8 @@ def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: RunMeta, gpus:
     """``flor replay --plan``: the segments, initialization epochs and estimated times."""
     n_epochs = meta.epochs
     probed = "all" if est.probed is True else (", ".join(sorted(est.probed)) or "none")
-    out.write(f"flor replay --plan: {name} run {run}: {n_epochs} epochs recorded"
+    ran = f" ({meta.epochs_text()})" if meta.stopped_early or meta.status == "running" else ""
+    out.write(f"flor replay --plan: {name} run {run}: {n_epochs} epochs recorded{ran}"
               + (f", replaying {span(within)}" if within is not None else "") + f"; blocks probed: {probed}\n")
     where = f"{len(gpus)} GPU(s) ({','.join(gpus)})" if gpus else \
         f"{cores()} CPU cores (load {est.busy:.1f} from other processes), {est.threads} torch thread(s) a worker"

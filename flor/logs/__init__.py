@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..errors import warn
+
 __all__ = [
-    "LogWriter", "FIELDS", "NOT_SCALAR", "merge_newest", "occurrence_keys", "read_jsonl", "record_key",
-    "same_value", "step_key", "to_scalar",
+    "LogWriter", "FIELDS", "NOT_SCALAR", "merge_newest", "occurrence_keys", "parse_record", "read_jsonl", "record_key",
+    "same_value", "step_key", "to_scalar", "to_step",
 ]
 
 #: the columns of a log record as the readers return it
@@ -58,55 +62,152 @@ def to_scalar(value: Any) -> Any:
 _PLAIN = (float, int, bool, str)
 
 
+def to_step(step: Any) -> Any:
+    """The step flor stores for ``step``: None or a whole number; ``NOT_SCALAR`` otherwise.
+
+    Steps index values, so they are whole numbers: a NumPy integer or a one-element integer
+    tensor becomes an ``int``, and so does a float that is whole (``3.0`` -> ``3``, from a
+    float counter or a float tensor); a fractional or non-finite float, a bool, a string or
+    any other object is not a step. A one-element CUDA tensor is kept and converted at flush,
+    like a value.
+
+    >>> [to_step(s) for s in (None, 3, 3.0)], to_step(2.5) is NOT_SCALAR, to_step(True) is NOT_SCALAR
+    ([None, 3, 3], True, True)
+    """
+    if step is None or type(step) is int:
+        return step
+    scalar = to_scalar(step)
+    if getattr(scalar, "is_cuda", False):
+        return scalar
+    return _whole(scalar)
+
+
+def _whole(scalar: Any) -> Any:
+    if isinstance(scalar, bool) or scalar is None:
+        return NOT_SCALAR
+    if isinstance(scalar, int):
+        return int(scalar)
+    if isinstance(scalar, float) and math.isfinite(scalar) and scalar == int(scalar):
+        return int(scalar)
+    return NOT_SCALAR
+
+
 class LogWriter:
     """Buffer records in memory; append them to one JSONL file on ``flush``.
+
+    Thread-safe: any thread may ``add`` while another flushes; each record is written exactly
+    once. ``flush`` never raises: a record whose deferred device value cannot be read is
+    dropped, and a failed write (a full disk) drops that flush's records and is reported to
+    ``on_error(exc, count)``, so the training thread never sees it.
 
     ``sink``, if given, is called with the records of each flush as dicts (after they are
     written): the recording's TensorBoard events and metric summary follow the logs this way.
     """
 
-    def __init__(self, path: Path, sink: Callable[[list[dict]], None] | None = None) -> None:
+    def __init__(self, path: Path, sink: Callable[[list[dict]], None] | None = None,
+                 on_error: Callable[[BaseException, int], None] | None = None) -> None:
         self.path = path
         self.sink = sink
+        self.on_error = on_error
         self._buffer: list[tuple] = []
+        self._lock = threading.Lock()  # guards _buffer: append and swap
+        self._write_lock = threading.Lock()  # one flush writes at a time, in order
+        self._failed = False
 
     def add(self, name: str, value: Any, epoch: int | None, step: Any, block: str | None,
             loop: str | None = None) -> None:
-        self._buffer.append((name, value, epoch, step, block, loop, time.time()))
-        if len(self._buffer) >= 50_000:
+        with self._lock:
+            self._buffer.append((name, value, epoch, step, block, loop, time.time()))
+            full = len(self._buffer) >= 50_000
+        if full:
             self.flush()
 
     def flush(self) -> None:
-        if not self._buffer:
-            return
-        lines, recs = [], []
-        for name, value, epoch, step, block, loop, t in self._buffer:
-            if hasattr(value, "item"):  # a deferred device scalar: synchronize once, here
-                value = value.item()
-            rec = {"name": name, "value": value, "epoch": epoch, "step": step, "block": block, "t": t}
-            if loop is not None:  # outside flor.it: "before" or "after" the loop
-                rec["loop"] = loop
-            lines.append(json.dumps(rec))
-            recs.append(rec)
-        self._buffer.clear()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
+        with self._write_lock:
+            with self._lock:
+                buffer, self._buffer = self._buffer, []
+            if not buffer:
+                return
+            lines, recs = [], []
+            for name, value, epoch, step, block, loop, t in buffer:
+                try:
+                    if getattr(value, "is_cuda", False):  # a deferred device scalar: synchronize once, here
+                        value = value.item()
+                    if getattr(step, "is_cuda", False):
+                        step = _whole(step.item())
+                        if step is NOT_SCALAR:
+                            continue
+                    rec = {"name": name, "value": value, "epoch": epoch, "step": step, "block": block, "t": t}
+                    if loop is not None:  # outside flor.it: "before" or "after" the loop
+                        rec["loop"] = loop
+                    lines.append(json.dumps(rec))
+                except (TypeError, ValueError, RuntimeError, OverflowError):
+                    continue  # a value flor.log let through cannot be read now: drop it alone
+                recs.append(rec)
+            if not lines:
+                return
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.path, "a", encoding="utf-8") as fh:
+                    fh.write("\n".join(lines) + "\n")
+            except OSError as exc:
+                if self.on_error is not None:
+                    self.on_error(exc, len(lines))
+                elif not self._failed:
+                    warn(f"writing the logs to {self.path} failed ({exc}); the run goes on without them")
+                self._failed = True
+                return
         if self.sink is not None:
             self.sink(recs)
 
 
+def parse_record(line: bytes | str) -> dict | None:
+    """The log record one line holds, or None when the line is not one (torn, damaged, or a
+    JSON value of the wrong shape): readers skip it rather than fail on it later.
+
+    >>> parse_record(b'{"name": "loss", "value": 0.5, "epoch": 1, "step": null}')["value"]
+    0.5
+    >>> parse_record(b'[1, 2]') is None, parse_record(b'{"name": 3}') is None
+    (True, True)
+    """
+    try:
+        rec = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
+        return None
+    epoch = rec.get("epoch")
+    if epoch is not None and (type(epoch) is not int or epoch < 0):
+        return None
+    if not isinstance(rec.get("value"), (type(None), bool, int, float, str)):
+        return None
+    for key in ("block", "loop"):
+        if not isinstance(rec.get(key), (type(None), str)):
+            return None
+    if not isinstance(rec.get("t", 0), (int, float)) or isinstance(rec.get("t"), bool):
+        return None
+    return rec
+
+
 def read_jsonl(path: Path) -> Iterable[dict]:
-    """The records of one log file; a line torn by a crash (or damaged) is skipped."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
+    """The records of one log file. A line torn by a crash is skipped; other damaged lines
+    are skipped with one warning naming the file."""
+    damaged = 0
+    torn = False
+    with open(path, "rb") as fh:
+        for raw in fh:
+            line = raw.strip()
             if not line:
                 continue
-            try:
-                yield json.loads(line)
-            except ValueError:
-                continue  # a line torn by a crash: the records before it stand
+            rec = parse_record(line)
+            if rec is None:
+                damaged += 1
+                torn = not raw.endswith(b"\n")  # true only for the last line: one torn by a crash
+                continue
+            yield rec
+    if damaged - (1 if torn else 0) > 0:
+        warnings.warn(f"flor: skipped {damaged - (1 if torn else 0)} damaged line(s) of {path}",
+                      RuntimeWarning, stacklevel=2)
 
 
 def step_key(step: Any) -> str:

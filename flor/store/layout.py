@@ -7,11 +7,13 @@
       source/<script>, source/diff.patch
       checkpoints/<block>/<key>.json    manifests (``checkpoint_key``)
       logs/record.jsonl, logs/record-rank<R>.jsonl
+      logs/outer-state.jsonl            the outer loop's plain-data variables after each epoch
       logs/replay-<replay>-<worker>.jsonl, .summary.json
       logs/launch-<replay>.json         a ``flor replay`` launch
       stdout.log, stdout-rank<R>.log, replay-<replay>-<worker>.log (+ .marks.jsonl beside each)
       tb/record/, tb/replay-<replay>/   TensorBoard events
       attempts/<replay>-<worker>-<n>/   an earlier attempt of a replay worker
+      transplants/<sha12>/<script>      the run's own script with today's logging (``flor replay --all``)
 
 A replay worker's files share one stem, ``replay-<replay>-<worker>``; ``parse_replay_stem``
 reads it back.
@@ -84,6 +86,11 @@ class RunLayout:
     def record_log(self) -> Path:
         return self.logs / "record.jsonl"
 
+    @property
+    def outer_state(self) -> Path:
+        """The outer loop's plain-data variables at the end of each epoch (``flor.engine.outer``)."""
+        return self.logs / "outer-state.jsonl"
+
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"record-rank{rank}.jsonl"
 
@@ -141,6 +148,11 @@ class RunLayout:
     def attempt(self, replay: str, worker: int, n: int) -> Path:
         """Where the ``n``-th earlier attempt of a replay worker is kept."""
         return self.root / "attempts" / f"{replay}-{worker}-{n}"
+
+    def transplant(self, digest: str, script: str) -> Path:
+        """Where a transplanted script is kept: by its content's sha256 (``digest[:12]``), so the same
+        ``flor replay`` command finds the same file again when it resumes."""
+        return self.root / "transplants" / digest[:12] / Path(script).name
 
     def launch_record(self, replay: str) -> Path:
         return self.logs / f"launch-{replay}.json"

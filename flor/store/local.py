@@ -2,13 +2,67 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
+import socket
+import time
 import uuid
 from pathlib import Path
+from typing import Callable, Iterable
 
 from ..errors import StorageError
+from .ids import check_key, contained
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "TMP_PREFIX", "is_stale_tmp", "remove_stale_tmp", "tmp_name"]
+
+#: the name prefix of a write in progress (``flor verify --repair`` removes leftovers)
+TMP_PREFIX = ".tmp-"
+
+
+_HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
+_TMP_RE = re.compile(r"^\.tmp-(?P<host>[A-Za-z0-9]{1,32})-(?P<pid>\d{1,10})-\d+-[0-9a-f]{8}$")
+_counter = itertools.count()
+#: a temp file of another host (a store on a shared filesystem) is stale once this old
+STALE_OTHER_HOST_S = 24 * 3600
+
+
+def tmp_name() -> str:
+    """A temp file name unique to this process and write: ``.tmp-<host>-<pid>-<n>-<random>``."""
+    return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:8]}"
+
+
+def is_stale_tmp(name: str, age_s: float, alive: Callable[[int], bool]) -> bool:
+    """Whether a ``.tmp-*`` file is a leftover of a dead writer: its process (on this host) is
+    gone, or (another host's, or a name of an older flor) it is over a day old."""
+    if not name.startswith(TMP_PREFIX):
+        return False
+    m = _TMP_RE.match(name)
+    if m is None or m["host"] != _HOST:
+        return age_s > STALE_OTHER_HOST_S
+    pid = int(m["pid"])
+    return pid != os.getpid() and not alive(pid)
+
+
+def remove_stale_tmp(folders: Iterable[Path], alive: Callable[[int], bool]) -> int:
+    """Remove the stale temp files in ``folders`` (not below them); return how many bytes."""
+    freed, now = 0, time.time()
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.name.startswith(TMP_PREFIX):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if is_stale_tmp(entry.name, now - st.st_mtime, alive):
+                    os.unlink(entry.path)
+                    freed += st.st_size
+            except OSError:
+                continue  # gone already, or a read-only store: harmless
+    return freed
 
 
 class LocalBackend:
@@ -17,32 +71,54 @@ class LocalBackend:
 
     Every write goes to a temporary file in the destination folder, is fsynced and then
     renamed over the destination, so a reader sees the old bytes or the new ones, never
-    a torn file, and a crash leaves at worst a stray ``.tmp-*`` file.
+    a torn file, and a crash leaves at worst a stray ``.tmp-*`` file (``TMP_PREFIX``).
+
+    Keys are checked (``flor.store.ids.check_key``: no ``..``, absolute paths, backslashes,
+    NUL or empty segments), and a read, write or delete whose path leads out of ``root``
+    through a symlink is refused: a shared store cannot make flor touch other files. (To
+    keep blobs on another disk, move ``FLOR_HOME`` or link the whole experiment folder:
+    ``root`` itself is resolved.)
     """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
     def path(self, key: str) -> Path:
-        return self.root / key
+        """Where ``key`` lives; a StorageError for a key that could leave the store."""
+        return self.root / check_key(key)
+
+    def _inside(self, key: str, *, parent_only: bool) -> Path:
+        path = self.path(key)
+        if not contained(path, self.root, parent_only=parent_only):
+            raise StorageError(f"refusing {path}: it leads out of the store {self.root} through a symbolic link; "
+                               "remove that link (`flor verify NAME` lists such problems)")
+        return path
 
     def write(self, key: str, data: bytes | memoryview, *, durable: bool = True) -> None:
-        dest = self.path(key)
+        dest = self._inside(key, parent_only=True)  # before mkdir, which would follow a link
+        tmp = dest.parent / tmp_name()
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.parent / f".tmp-{uuid.uuid4().hex}"
             with open(tmp, "wb") as fh:
                 fh.write(data)
                 if durable:
                     fh.flush()
                     os.fsync(fh.fileno())
             os.replace(tmp, dest)
+            tmp = None  # renamed: nothing to clean up
         except OSError as exc:
             raise StorageError(f"cannot write {dest}: {exc}; check free space and permissions") from exc
+        finally:
+            if tmp is not None:  # a failed write (full disk) leaves no partial file taking the space
+                try:
+                    tmp.unlink()
+                except OSError:
+                    pass
 
     def read(self, key: str) -> bytes:
+        path = self._inside(key, parent_only=False)
         try:
-            return self.path(key).read_bytes()
+            return path.read_bytes()
         except FileNotFoundError as exc:
             raise StorageError(f"{self.path(key)} is missing from the store") from exc
         except OSError as exc:
@@ -52,18 +128,19 @@ class LocalBackend:
         return self.path(key).exists()
 
     def list(self, prefix: str) -> list[str]:
-        base = self.path(prefix)
+        prefix = prefix.rstrip("/")
+        base = self.path(prefix) if prefix else self.root
         if not base.is_dir():
             return []
         return sorted(
             p.relative_to(self.root).as_posix()
             for p in base.rglob("*")
-            if p.is_file() and not p.name.startswith(".tmp-")
+            if p.is_file() and not p.name.startswith(TMP_PREFIX) and contained(p, self.root)
         )
 
     def delete(self, key: str) -> None:
         try:
-            self.path(key).unlink()
+            self._inside(key, parent_only=True).unlink()
         except FileNotFoundError:
             pass
 

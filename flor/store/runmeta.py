@@ -62,10 +62,17 @@ class RunMeta:
     process_started: float | None = None
     busy_cores: float | None = None
     epochs_planned: int | None = None  # len() of the loop, when it has one
-    epochs_done: int = 0
+    epochs_done: int = 0  # epochs whose body ran to its end (a `break` ends the last one)
+    loop_ended: str | None = None  # how the epoch loop ended: "completed", "break" (stopped early), "error"
     epoch_blocks: dict[str, list] = field(default_factory=dict)  # epoch -> [[block, occurrence, checkpointed]]
     outside_blocks: list[list] = field(default_factory=list)
     checkpoint_failures: list[dict] = field(default_factory=list)
+    #: checkpoints not taken or not finished, with why: {epoch, block, reason} ("writer behind":
+    #: the background writer's memory was full; "exit flush timed out": abandoned at exit)
+    checkpoint_skipped: list[dict] = field(default_factory=list)
+    #: writes that failed on the training thread, by kind (run.json, logs, stdout, source, ...): the
+    #: run went on without them; written as soon as a later write of run.json succeeds
+    write_failures: dict[str, int] = field(default_factory=dict)
     checkpoint_policy: dict[str, Any] | None = None
     checkpoint_every: int | None = None
     timings: dict[str, Any] = field(default_factory=lambda: {"epoch_s": [], "blocks": {}})
@@ -80,8 +87,38 @@ class RunMeta:
 
     @property
     def epochs(self) -> int:
-        """How many epochs a replay of this run covers."""
-        return int(self.epochs_planned or self.epochs_done or 0)
+        """How many epochs a replay of this run covers: exactly those the recording ran.
+
+        The one place that decides it (plans, ``flor show``, ``--plan``, the launcher). A run
+        that stopped early (a ``break``: early stopping), crashed or was interrupted after
+        ``epochs_done`` of ``epochs_planned`` epochs is replayed up to where it stopped; a
+        run still recording, up to the epochs it has finished so far.
+
+        >>> RunMeta("x", "r", status="finished", epochs_planned=6, epochs_done=3).epochs
+        3
+        """
+        return int(self.epochs_done or 0)
+
+    @property
+    def stopped_early(self) -> bool:
+        """The loop ended before its planned length (a ``break``, a crash, an interrupt)."""
+        return self.status != "running" and self.epochs_planned is not None and self.epochs_done < self.epochs_planned
+
+    def epochs_text(self) -> str:
+        """``3 of 6 planned (stopped early)``, ``6 of 6 done``, ``2 of 6 done so far (running)``: how
+        many epochs ran.
+
+        >>> RunMeta("x", "r", status="finished", epochs_planned=6, epochs_done=3, loop_ended="break").epochs_text()
+        '3 of 6 planned (stopped early)'
+        """
+        done, planned = self.epochs_done, self.epochs_planned
+        text = f"{done}" + (f" of {planned}" if planned is not None else "")
+        if self.status == "running":
+            return text + " done so far (running)"
+        if self.stopped_early:
+            why = "stopped early" if self.status == "finished" else self.status
+            return f"{text} planned ({why})"
+        return text + " done"
 
     @property
     def threads(self) -> int | None:
@@ -119,16 +156,16 @@ class RunMeta:
         for name in ("started", "ended", "process_started", "busy_cores"):
             if name in obj:
                 kw[name] = _check(obj[name], _NUM, name, where)
-        for name in ("cwd", "script", "script_sha256", "spool", "error"):
+        for name in ("cwd", "script", "script_sha256", "spool", "error", "loop_ended"):
             if name in obj:
                 kw[name] = _check(obj[name], str, name, where)
         for name in ("git", "checkpoint_policy", "background"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where)
-        for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics"):
+        for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics", "write_failures"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where, optional=False)
-        for name in ("argv", "outside_blocks", "checkpoint_failures", "rank_mismatches"):
+        for name in ("argv", "outside_blocks", "checkpoint_failures", "checkpoint_skipped", "rank_mismatches"):
             if name in obj:
                 kw[name] = _check(obj[name], list, name, where, optional=False)
         if not all(isinstance(a, str) for a in kw.get("argv", [])):

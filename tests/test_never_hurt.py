@@ -1,0 +1,500 @@
+"""flor never hurts the run it records: full disks, odd values, threads, blocks left open, errors.
+
+Each test runs a real script in a subprocess, as a user would, and checks what the user
+sees: the exit status, what was printed, run.json, the logs, and that a replay of what was
+recorded gives the recorded values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner
+
+from flor.errors import StorageError
+from flor.store.experiment import ExperimentStore, dir_size
+from flor.store.local import LocalBackend, tmp_name
+
+
+def _run_json(home: Path, name: str) -> dict:
+    runs = sorted((home / name / "runs").iterdir())
+    return json.loads((runs[-1] / "run.json").read_text())
+
+
+def _records(home: Path, name: str, pattern: str = "record.jsonl") -> list[dict]:
+    runs = sorted((home / name / "runs").iterdir())
+    out = []
+    for path in sorted((runs[-1] / "logs").glob(pattern)):
+        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return out
+
+
+def _verdict(stderr: str) -> str:
+    return stderr.strip().splitlines()[-1]
+
+
+# -- flor.log takes anything ----------------------------------------------------------
+
+ODD = '''
+import numpy as np
+import torch
+import flor
+
+torch.manual_seed(0)
+net = torch.nn.Linear(2, 1)
+flor.log("before", np.float32(0.5), step=np.int64(0))  # outside the loop, before it
+for epoch in flor.it(range(3)):
+    if flor.SkipBlock.step_into("train", probed=PROBED):
+        flor.log("inside", torch.tensor(epoch * 1.5))  # inside a block
+        with torch.no_grad():
+            net.weight.add_(1.0)
+    net = flor.SkipBlock.end(net)
+    for i in range(3):
+        flor.log("np_step", float(i), step=np.int64(i))
+        flor.log("tensor_step", i, step=torch.tensor(i))
+        flor.log("float_step", np.float64(i) / 2, step=float(i))  # a whole float step becomes an int
+        flor.log("frac_step", 1.0, step=i + 0.5)  # dropped: a step is a whole number
+        flor.log("bool_value", np.bool_(i % 2 == 0), step=i)
+        flor.log("object", object(), step=i)  # dropped: not a scalar
+        flor.log(("not", "a", "name"), 1.0)  # dropped: names are strings
+        flor.log("vector", torch.zeros(3), step=i)  # dropped: not one element
+    print(f"epoch {epoch} weight {net.weight.sum().item():.4f}")
+flor.log("after", torch.tensor(7), step=torch.tensor(3.0))  # outside the loop, after it
+'''
+
+
+def test_odd_values_and_steps_are_coerced_or_dropped_never_raised(runner: Runner):
+    script = runner.cwd / "odd.py"
+    script.write_text(ODD.replace("PROBED", "False"))
+    plain = runner.run(script, env=runner.env())
+    proc = runner.run(script, "--flor", "odd")
+    assert proc.stdout == plain.stdout  # the script's results are exactly those without flor
+    meta = _run_json(runner.home, "odd")
+    assert meta["status"] == "finished"
+    recs = _records(runner.home, "odd")
+    by_name: dict[str, list] = {}
+    for r in recs:
+        by_name.setdefault(r["name"], []).append(r)
+    assert set(by_name) == {"before", "inside", "np_step", "tensor_step", "float_step", "bool_value", "after"}
+    assert [(r["step"], r["value"]) for r in by_name["np_step"][:3]] == [(0, 0.0), (1, 1.0), (2, 2.0)]
+    assert all(type(r["step"]) is int for r in recs if r["step"] is not None)
+    assert [r["step"] for r in by_name["float_step"][:3]] == [0, 1, 2]
+    assert [r["value"] for r in by_name["bool_value"][:3]] == [True, False, True]
+    assert [r["value"] for r in by_name["inside"]] == [0.0, 1.5, 3.0] and by_name["inside"][0]["block"] == "train"
+    assert by_name["before"] == [{**by_name["before"][0], "value": 0.5, "step": 0, "loop": "before"}]
+    assert by_name["after"][0]["value"] == 7 and by_name["after"][0]["step"] == 3 and by_name["after"][0]["loop"] == "after"
+    # one warning per log name and kind, each naming the log and the type
+    for needle in ("flor.log('frac_step', ..., step=...) got the step 0.5 (float)", "flor.log('object', ...) got a object",
+                   "got a tuple as its name", "flor.log('vector', ...) got a Tensor"):
+        assert proc.stderr.count(needle) == 1, (needle, proc.stderr)
+
+    # replay, the block restored, then probed (executed, logging inside it): the same values
+    replay = runner.run(script, "--flor", "odd", "--replay_flor")
+    assert "verified exact" in _verdict(replay.stderr) and replay.stdout == plain.stdout
+    script.write_text(ODD.replace("PROBED", "True"))
+    probed = runner.run(script, "--flor", "odd", "--replay_flor")
+    assert "verified exact" in _verdict(probed.stderr), probed.stderr
+    replayed = _records(runner.home, "odd", "replay-*.jsonl")
+    inside = [r["value"] for r in replayed if r["name"] == "inside"]
+    assert inside[-3:] == [0.0, 1.5, 3.0]
+    assert {r["name"] for r in replayed} >= {"before", "after", "np_step"}
+
+
+THREADS = '''
+import threading
+import torch
+import flor
+
+N = 3000
+net = torch.nn.Linear(2, 1)
+pending = []
+
+
+def work(t):
+    for i in range(N):
+        flor.log(f"t{t}", i * 0.5, step=i)
+
+
+for epoch in flor.it(range(3)):
+    if flor.SkipBlock.step_into("train"):
+        with torch.no_grad():
+            net.weight.add_(1.0)
+    net = flor.SkipBlock.end(net)
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:  # still logging when this epoch ends and flushes
+        th.start()
+    pending += threads
+    for i in range(N):  # the training thread logs too, while the others do
+        flor.log("main", i, step=i)
+for th in pending:
+    th.join()
+print("done")
+'''
+
+
+def test_threads_logging_while_epochs_flush_lose_and_duplicate_nothing(runner: Runner):
+    script = runner.cwd / "threads.py"
+    script.write_text(THREADS)
+    runner.run(script, "--flor", "threads")
+    recs = _records(runner.home, "threads")
+    assert len(recs) == 5 * 3 * 3000  # one record per call: none lost, none twice
+    for name in ("main", "t0", "t1", "t2", "t3"):
+        steps = sorted(r["step"] for r in recs if r["name"] == name)
+        assert steps == sorted(list(range(3000)) * 3), name
+    main = [(r["epoch"], r["step"]) for r in recs if r["name"] == "main"]
+    assert sorted(main) == [(e, i) for e in range(3) for i in range(3000)]
+
+
+# -- a full disk -----------------------------------------------------------------------
+
+FULL = '''
+import torch
+import flor
+
+torch.manual_seed(0)
+net = torch.nn.Linear(256, 256)  # 257 KB of parameters, and Adam's state twice that: ~770 KB a checkpoint
+opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+x = torch.randn(64, 256)
+for epoch in flor.it(range(8)):
+    if flor.SkipBlock.step_into("train"):
+        for _ in range(3):
+            loss = net(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    net, opt = flor.SkipBlock.end(net, opt)
+    with torch.no_grad():
+        value = net(x).pow(2).mean().item()
+    flor.log("value", value)
+    print(f"epoch {epoch} value {value:.8f}", flush=True)
+'''
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 2 MB filesystem (tmpfs, when the tests run as root), else a 128 KB limit on every file
+    the script writes (RLIMIT_FSIZE, SIGXFSZ ignored so that writes fail with EFBIG): then the
+    256x256 weight's blob never fits, and no checkpoint is saved at all."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = False
+    if os.geteuid() == 0 and shutil.which("mount"):
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+                                 capture_output=True).returncode == 0
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 17, 1 << 17))
+
+    yield mnt, (None if mounted else limit)
+    if mounted:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_disk_training_completes_and_replay_of_what_exists_is_exact(runner: Runner, small_disk, tmp_path: Path):
+    mnt, preexec = small_disk
+    script = runner.cwd / "full.py"
+    script.write_text(FULL)
+    plain = runner.run(script)
+    env = runner.env(FLOR_HOME=str(mnt / "home"))
+    proc = subprocess.run([sys.executable, str(script), "--flor", "full"], cwd=runner.cwd, env=env,
+                          capture_output=True, text=True, timeout=300, preexec_fn=preexec)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == plain.stdout  # every epoch ran, with the results it has without flor
+    assert proc.stderr.count("failed (") <= 3, proc.stderr  # one warning per kind, not one per epoch
+    meta = _run_json(mnt / "home", "full")
+    assert meta["status"] == "finished" and meta["epochs_done"] == 8
+    failed = {f["epoch"] for f in meta["checkpoint_failures"]}
+    assert failed and failed <= set(range(8)), meta["checkpoint_failures"]
+    store = ExperimentStore(mnt / "home", "full")
+    saved = {e for _, e, _ in store.manifests(meta["run"])}
+    assert (saved or preexec is not None) and saved.isdisjoint(failed) and saved | failed == set(range(8))
+    leftovers = [p for p in (mnt / "home").rglob(".tmp-*")]
+    assert leftovers == []  # a failed write takes no space
+    assert meta["write_failures"] == {} or set(meta["write_failures"]) <= {"logs", "run.json", "stdout", "stdout marks"}
+    ls = subprocess.run([sys.executable, "-m", "flor", "ls", "full"], cwd=runner.cwd, env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert ls.returncode == 0 and "finished" in ls.stdout, ls.stderr
+
+    # replay what exists (a copy off the full disk): the recorded values, exactly
+    shutil.copytree(mnt / "home", tmp_path / "copy")
+    replay = runner.run(script, "--flor", "full", "--replay_flor", env=runner.env(FLOR_HOME=str(tmp_path / "copy")))
+    assert replay.stdout == plain.stdout
+    assert "verified exact" in _verdict(replay.stderr), replay.stderr
+    assert f"{len(failed)} re-executed without a checkpoint" in replay.stderr
+
+
+def test_an_unwritable_run_json_never_stops_training(runner: Runner):
+    """run.json grows past a 3 KB file size limit (at the latest at exit, with its summaries):
+    its writes fail, once warned about, and the script runs to its end as it does without flor."""
+    script = runner.cwd / "full.py"
+    script.write_text(FULL.replace("256", "8"))
+    plain = runner.run(script)
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+    proc = subprocess.run([sys.executable, str(script), "--flor", "meta"], cwd=runner.cwd, env=runner.env(),
+                          capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert proc.returncode == 0 and proc.stdout == plain.stdout, proc.stderr
+    assert proc.stderr.count("writing run.json failed") == 1, proc.stderr
+    meta = _run_json(runner.home, "meta")  # the last run.json that fitted: the final one, with its summaries, did not
+    assert meta["epochs_done"] >= 1 and meta["status"] == "running"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounts a tmpfs: needs root")
+def test_a_store_that_cannot_be_created_leaves_training_alone(runner: Runner, tmp_path: Path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=3", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("tmpfs could not be mounted here")
+    try:
+        script = runner.cwd / "full.py"
+        script.write_text(FULL.replace("256", "8"))
+        plain = runner.run(script)
+        proc = runner.run(script, "--flor", "x", env=runner.env(FLOR_HOME=str(mnt / "home")))
+        assert proc.stdout == plain.stdout
+        assert proc.stderr.count("training goes on without recording") == 1, proc.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+# -- temp files ------------------------------------------------------------------------
+
+def test_a_failed_write_leaves_no_temp_file(tmp_path: Path):
+    def write_big() -> None:  # in a child with a 64 KB file size limit
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+
+    code = ("import sys; from flor.store.local import LocalBackend; from flor.errors import StorageError\n"
+            "b = LocalBackend(sys.argv[1])\n"
+            "try:\n    b.write('objects/ab/big', b'x' * (1 << 20))\nexcept StorageError as e:\n    print('refused', e)\n"
+            "b.write('objects/ab/small', b'y' * 100)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          preexec_fn=write_big, timeout=60)
+    assert proc.returncode == 0 and "refused" in proc.stdout and "File too large" in proc.stdout, proc
+    assert sorted(p.name for p in (tmp_path / "objects" / "ab").iterdir()) == ["small"]
+
+
+def test_temp_names_are_unique_per_process_and_write():
+    a, b = tmp_name(), tmp_name()
+    assert a != b and f"-{os.getpid()}-" in a and a.startswith(".tmp-")
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_temp_files_of_dead_writers_are_removed_and_never_counted(runner: Runner):
+    runner.run(runner.script(), "--epochs", "1", "--flor", "toy")
+    root = runner.home / "toy"
+    size = dir_size(root)
+    listing = runner.flor("ls").stdout
+    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
+    blob_dir = next(p for p in (root / "objects").iterdir() if p.is_dir())
+    stale = blob_dir / f".tmp-{host}-{_dead_pid()}-0-deadbeef"
+    live = blob_dir / f".tmp-{host}-{os.getpid()}-0-0123abcd"  # this test's process is alive
+    old_format = root / "runs" / ".tmp-0123456789abcdef0123456789abcdef"  # an older flor's name, fresh
+    for p in (stale, live, old_format):
+        p.write_bytes(b"z" * 300_000)
+    assert dir_size(root) == size  # a write in progress is not part of the store's size
+    assert runner.flor("ls").stdout == listing
+    runner.run(runner.script(), "--epochs", "1", "--flor", "toy")  # the next recording cleans up
+    assert not stale.exists()
+    assert live.exists() and old_format.exists()  # a live writer's, and one too young to judge
+    assert list(root.rglob(".tmp-*")) == sorted([live, old_format]) or set(root.rglob(".tmp-*")) == {live, old_format}
+
+
+def test_write_failure_removes_its_temp_file(tmp_path: Path, monkeypatch):
+    backend = LocalBackend(tmp_path)
+
+    def no_space(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(StorageError, match="No space left"):
+        backend.write("runs/r/run.json", b"{}")
+    assert list((tmp_path / "runs" / "r").iterdir()) == []
+
+
+# -- blocks left open by an exception ----------------------------------------------------
+
+OPEN = '''
+import torch
+import flor
+
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+x = torch.randn(16, 4)
+for epoch in flor.it(range(5)):
+    if flor.SkipBlock.step_into("train"):
+        try:
+            for i in range(3):
+                loss = net(x).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if epoch in (1, 3) and i == 1:
+                    raise RuntimeError("CUDA out of memory (simulated)")
+        except RuntimeError:
+            continue  # skip this epoch: SkipBlock.end is never reached
+    net, opt = flor.SkipBlock.end(net, opt)
+    value = net(x).pow(2).mean().item()
+    flor.log("value", value)
+    print(f"epoch {epoch} value {value:.8f}")
+'''
+
+
+def test_a_block_left_open_by_an_exception_is_closed_and_replayed_exactly(runner: Runner):
+    script = runner.cwd / "open.py"
+    script.write_text(OPEN)
+    plain = runner.run(script)
+    proc = runner.run(script, "--flor", "open")
+    assert proc.stdout == plain.stdout
+    assert proc.stderr.count("was still open at the end of the epoch") == 1, proc.stderr
+    meta = _run_json(runner.home, "open")
+    assert meta["status"] == "finished"
+    assert sorted(f["epoch"] for f in meta["checkpoint_failures"]) == [1, 3]
+    store = ExperimentStore(runner.home, "open")
+    assert sorted(e for _, e, _ in store.manifests(meta["run"])) == [0, 2, 4]
+    recorded = [r["value"] for r in _records(runner.home, "open")]
+    full = runner.run(script, "--flor", "open", "--replay_flor")
+    assert "verified exact" in _verdict(full.stderr), full.stderr
+    assert full.stdout == plain.stdout and "2 re-executed without a checkpoint" in full.stderr
+    second = runner.run(script, "--flor", "open", "--replay_flor", "1/2")  # starts after the open block of epoch 1
+    assert "verified exact" in _verdict(second.stderr), second.stderr
+    assert [float(line.split()[-1]) for line in full.stdout.splitlines()] == pytest.approx(recorded, abs=1e-8)
+
+
+# -- errors a user must act on ----------------------------------------------------------
+
+def test_a_flor_error_is_one_line_and_exit_2_with_the_cause_in_the_summary(runner: Runner):
+    script = runner.script()
+    runner.run(script, "--epochs", "3", "--flor", "toy")
+    proc = runner.run(script, "--epochs", "4", "--flor", "toy", "--replay_flor", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("flor: error:")]
+    assert errors == ["flor: error: the epoch loop now has 4 epochs but the recording "
+                      f"{_run_json(runner.home, 'toy')['run']} had 3: replay with the recorded arguments, or record again"]
+    last = _verdict(proc.stderr)
+    assert last.startswith("flor: replay FAILED (ReplayError: the epoch loop now has 4 epochs") and "before it finished" in last
+    debug = runner.run(script, "--epochs", "4", "--flor", "toy", "--replay_flor", check=False,
+                       env=runner.env(FLOR_DEBUG="1"))
+    assert debug.returncode == 2 and "Traceback" in debug.stderr and "flor: error: the epoch loop" in debug.stderr
+
+
+def test_other_exceptions_keep_their_traceback(runner: Runner):
+    script = runner.script(edits={"# OUTER": "raise KeyError('mine')"}, dest="boom.py")
+    proc = runner.run(script, "--epochs", "2", "--flor", "boom", check=False)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "KeyError: 'mine'" in proc.stderr
+    assert "flor: error:" not in proc.stderr
+    assert _run_json(runner.home, "boom")["status"] == "crashed"
+
+
+HUGE = "999999999999999999999"
+#: (flags, environment) with an absurd value of every setting; "replay" cases need a recording
+ABSURD = [
+    (["--flor", "../x"], {}), (["--flor", "a" * 300], {}), ([], {"FLOR_NAME": "/etc"}),
+    (["--flor", "t", "--replay_flor=5/2"], {}), (["--flor", "t", "--replay_flor=-1/2"], {}),
+    (["--flor", "t", f"--replay_flor={HUGE}/{HUGE}9"], {}), (["--flor", "t", "--replay_flor=x/y"], {}),
+    (["--flor", "t"], {"FLOR_REPLAY": "abc"}), (["--flor", "t"], {"FLOR_REPLAY": "1/0"}),
+    (["--flor", "t", "--replay_flor", "--flor_run", "../../etc"], {}), (["--flor", "t", "--replay_flor"], {"FLOR_RUN": "../x"}),
+    (["--flor", "t", "--flor_strict=maybe"], {}), (["--flor", "t"], {"FLOR_STRICT": "2"}),
+    (["--flor", "t", "--flor_lenient=maybe"], {}), (["--flor", "t"], {"FLOR_LENIENT": "x"}),
+    (["--flor", "t", "--flor_strong=maybe"], {}), (["--flor", "t"], {"FLOR_STRONG": "x"}),
+    (["--flor", "t", "--flor_trust_pickles=maybe"], {}), (["--flor", "t"], {"FLOR_TRUST_PICKLES": "x"}),
+    (["--flor", "t", "--flor_every", "0"], {}), (["--flor", "t", "--flor_every=-3"], {}),
+    (["--flor", "t", "--flor_every", "nan"], {}), (["--flor", "t", "--flor_every", HUGE], {}),
+    (["--flor", "t"], {"FLOR_EVERY": "1e400"}),
+    (["--flor", "t", "--flor_overhead", "nan"], {}), (["--flor", "t", "--flor_overhead=-1"], {}),
+    (["--flor", "t", "--flor_overhead", "inf"], {}), (["--flor", "t", "--flor_overhead", "1e400"], {}),
+    (["--flor", "t"], {"FLOR_OVERHEAD": "2"}), (["--flor", "t"], {"FLOR_OVERHEAD": "1e-400"}),
+    (["--flor", "t", "--flor_spool", "http://x"], {}), (["--flor", "t"], {"FLOR_SPOOL": "s3://A_B/x"}),
+    (["--flor", "t", "--replay_flor", "--flor_epochs", HUGE + ":"], {}), (["--flor", "t", "--replay_flor", "--flor_epochs", "5:3"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_epochs", "a:b"], {}), (["--flor", "t", "--replay_flor", "--flor_epochs=-1:"], {}),
+    (["--flor", "t", "--replay_flor"], {"FLOR_EPOCHS": ":" + HUGE}),
+    (["--flor", "t", "--replay_flor", "--flor_threads", "100000"], {}), (["--flor", "t", "--replay_flor", "--flor_threads", "0"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_threads=-1"], {}), (["--flor", "t", "--replay_flor"], {"FLOR_THREADS": HUGE}),
+    (["--flor", "t"], {"FLOR_SPOOL_WAIT": "abc"}), (["--flor", "t"], {"FLOR_SPOOL_WAIT": "-5"}),
+    (["--flor", "t"], {"FLOR_SPOOL_WAIT": "nan"}), (["--flor", "t"], {"FLOR_SPOOL_WAIT": "inf"}),
+    (["--flor", "t"], {"FLOR_SPOOL_BUDGET": "abc"}), (["--flor", "t"], {"FLOR_SPOOL_BUDGET": "-5"}),
+    (["--flor", "t"], {"FLOR_SPOOL_BUDGET": "9" * 400 + "TB"}),
+    (["--flor", "t", "--replay_flor"], {"FLOR_REPLAY_ID": "../x"}), (["--flor", "t", "--replay_flor"], {"FLOR_REPLAY_ID": "a" * 100}),
+    (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": "abc"}), (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": "-1"}),
+    (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": "nan"}), (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": "inf"}),
+    (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": HUGE}),
+    (["--flor", "t"], {"FLOR_WRITER_MEMORY": "abc"}), (["--flor", "t"], {"FLOR_WRITER_MEMORY": "0"}),
+    (["--flor", "t"], {"FLOR_WRITER_MEMORY": "9" * 400 + "TB"}),
+    (["--flor", "t"], {"FLOR_DEBUG": "maybe"}),
+    (["--flor", "t", "--replay_flor"], {"RANK": "5", "WORLD_SIZE": "2"}),
+    (["--flor", "t", "--replay_flor"], {"SLURM_PROCID": HUGE, "SLURM_NTASKS": HUGE + "9"}),
+    (["--flor", "t", "--flor_bogus", "1"], {}), (["--flor", "t", "--flor", "u"], {}), (["--flor"], {}),
+]
+#: values that are well-formed but wrong only once the run starts (a recording "t" exists)
+ABSURD_AT_START = [
+    (["--flor", "t"], {"FLOR_HOME": "FILE/sub"}),
+    (["--flor", "nothing", "--replay_flor"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_epochs", "99:"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_run", "1999"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_threads", str(1024)], {"FLOR_EPOCHS": "5:"}),
+]
+
+
+def _one_error_line(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("flor: error:")]
+    assert len(errors) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("flags, env", ABSURD, ids=[f"{' '.join(f)[:40]} {' '.join(env)}" for f, env in ABSURD])
+def test_every_setting_with_an_absurd_value_is_one_line_exit_2(runner: Runner, flags, env):
+    proc = subprocess.run([sys.executable, "-c", "import flor", *flags], cwd=runner.cwd, env=runner.env(**env),
+                          capture_output=True, text=True, timeout=60)
+    _one_error_line(proc)
+
+
+TINY = '''
+import flor
+state = [0]
+for epoch in flor.it(range(3)):
+    if flor.SkipBlock.step_into("b"):
+        state[0] += epoch
+    flor.SkipBlock.end(state)
+    flor.log("s", state[0])
+'''
+
+
+def test_absurd_values_found_at_start_are_one_line_exit_2(runner: Runner):
+    script = runner.cwd / "tiny.py"
+    script.write_text(TINY)
+    runner.run(script, "--flor", "t")
+    (runner.cwd / "FILE").write_text("not a folder")
+    for flags, env in ABSURD_AT_START:
+        env = {k: v.replace("FILE", str(runner.cwd / "FILE")) for k, v in env.items()}
+        _one_error_line(runner.run(script, *flags, check=False, env=runner.env(**env)))
+
+
+def test_the_absurd_table_covers_every_setting():
+    text = (Path(__file__).parent.parent / "flor" / "settings.py").read_text()
+    names = set(re.findall(r"\b(FLOR_[A-Z_]+|--flor[a-z_]*|--replay_flor)\b", text))
+    names -= {"FLOR_HOME", "FLOR_CONFIG_DIR"}  # any folder is a valid value; FLOR_HOME as a file is tested at start
+    covered = {word for flags, env in ABSURD + ABSURD_AT_START for word in [*flags, *env]}
+    covered |= {f.split("=")[0] for f in covered}
+    assert names - covered == set()

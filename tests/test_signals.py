@@ -1,0 +1,212 @@
+"""flor never holds the run hostage: SIGTERM/SIGHUP, a writer that falls behind, a bounded exit.
+
+Real scripts in subprocesses, signalled as Slurm or Kubernetes would; replays compared value
+for value with a full run of the edited script. The background writer's promises (never
+blocks, abandons whole, bounded close) are tested on the class itself, with jobs that block
+on purpose, so nothing here depends on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner, values
+from flor.errors import ConfigError
+from flor.settings import parse
+from flor.store import ExperimentStore
+from flor.store.experiment import blob_hashes
+from flor.store.writer import BackgroundWriter
+
+EPOCHS = 12
+#: toy.py, slowed down only when TOY_SLEEP is set, and printing each epoch as it ends
+SLOW = {
+    "    # OUTER": "    import os, time; time.sleep(float(os.environ.get('TOY_SLEEP', 0)))",
+    'print(f"epoch {epoch} acc {acc:.6f} step {step}")': 'print(f"epoch {epoch} acc {acc:.6f} step {step}", flush=True)',
+}
+OUTER_LOG = '    flor.log("wnorm", float(sum(p.double().norm() for p in net.parameters())))'
+
+
+def signalled(r: Runner, script: Path, sig: int, after_epoch: int, *args: str,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``script`` and send ``sig`` once it printed epoch ``after_epoch``."""
+    proc = subprocess.Popen([sys.executable, str(script), "--epochs", str(EPOCHS), *args], cwd=r.cwd,
+                            env=env or r.env(TOY_SLEEP="0.2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith(f"epoch {after_epoch} "):
+            proc.send_signal(sig)
+            break
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(seen) + out, err)
+
+
+def only_run(r: Runner, name: str) -> tuple[ExperimentStore, str, dict]:
+    store = ExperimentStore(r.home, name)
+    runs = sorted(p.name for p in (r.home / name / "runs").iterdir())
+    assert len(runs) == 1
+    return store, runs[0], json.loads((r.home / name / "runs" / runs[0] / "run.json").read_text())
+
+
+def check_checkpoints(store: ExperimentStore, run: str, meta: dict) -> set[int]:
+    """Every manifest reads and every blob it names exists and verifies; every epoch done has a
+    manifest or is listed as skipped. Returns the checkpointed epochs."""
+    have = set()
+    for block, epoch, occ in store.manifests(run):
+        manifest = store.read_manifest(run, block, epoch, occ)
+        assert store.blobs.get_many(blob_hashes(manifest))  # raises on a missing or corrupt blob
+        have.add(epoch)
+    skipped = {s["epoch"] for s in meta["checkpoint_skipped"]} | {f["epoch"] for f in meta["checkpoint_failures"]}
+    assert set(range(meta["epochs_done"])) <= have | skipped
+    return have
+
+
+def replay_is_exact(r: Runner, name: str, epochs_done: int) -> None:
+    """A hindsight replay of the run gives what a full run of the edited script gives."""
+    edited = r.script("toy.py", edits={**SLOW, "    # OUTER": OUTER_LOG}, dest="edited.py")
+    proc = r.run(edited, "--epochs", str(EPOCHS), "--flor", name, "--replay_flor")
+    assert "replay verified exact" in proc.stderr, proc.stderr
+    r.run(edited, "--epochs", str(EPOCHS), "--flor", f"{name}-full")
+    full = {k: v for k, v in values(r.logs(f"{name}-full")).items() if k[1] < epochs_done}
+    got = values([x for x in r.logs(name) if x["source"] == "replay"])
+    assert {k for k in got if k[0] == "wnorm"} == {("wnorm", e, None) for e in range(epochs_done)}
+    assert got == full
+
+
+def test_sigterm_flushes_writes_terminated_and_exits_143(runner):
+    script = runner.script("toy.py", edits=SLOW)
+    proc = signalled(runner, script, signal.SIGTERM, 3, "--flor", "term")
+    assert proc.returncode == -signal.SIGTERM, proc.stderr  # a shell shows 143: the default action ran
+    store, run, meta = only_run(runner, "term")
+    assert meta["status"] == "terminated" and meta["error"] == "SIGTERM"
+    assert 4 <= meta["epochs_done"] < EPOCHS
+    have = check_checkpoints(store, run, meta)
+    assert set(range(meta["epochs_done"])) <= have  # queued before the signal: flushed, none lost
+    assert "epoch 3 acc" in (runner.home / "term" / "runs" / run / "stdout.log").read_text()
+    replay_is_exact(runner, "term", meta["epochs_done"])
+
+
+def test_sighup_ends_with_129_and_status(runner):
+    script = runner.script("toy.py", edits=SLOW)
+    proc = signalled(runner, script, signal.SIGHUP, 1, "--flor", "hup")
+    assert proc.returncode == -signal.SIGHUP, proc.stderr
+    store, run, meta = only_run(runner, "hup")
+    assert meta["status"] == "terminated" and meta["error"] == "SIGHUP"
+    assert set(range(meta["epochs_done"])) <= check_checkpoints(store, run, meta)
+
+
+def test_the_scripts_own_sigterm_handler_still_runs(runner):
+    """A preemption-aware script (handler installed before flor starts) gets its handler called
+    after flor flushed, and may go on to finish its epoch and exit on its own terms."""
+    script = runner.script("toy.py", edits={
+        **SLOW,
+        "step = 0\n": "step = 0\nimport signal\nstop = []\n"
+                      "signal.signal(signal.SIGTERM, lambda s, f: (stop.append(s), print('handler called', flush=True)))\n",
+        "# AFTER": "    if stop:\n        break\nprint('stopped cleanly', flush=True)",
+    })
+    proc = signalled(runner, script, signal.SIGTERM, 2, "--flor", "own")
+    assert proc.returncode == 0, proc.stderr
+    assert "handler called" in proc.stdout and "stopped cleanly" in proc.stdout
+    store, run, meta = only_run(runner, "own")
+    assert meta["status"] == "terminated" and meta["error"] == "SIGTERM"
+    assert set(range(meta["epochs_done"])) <= check_checkpoints(store, run, meta)
+
+
+def test_a_writer_that_falls_behind_skips_epochs_instead_of_blocking(runner):
+    """The script holds the writer busy for epochs 0-3 (a job the size of the whole budget):
+    those checkpoints are skipped with the reason, training never waits, and a replay
+    re-executes them exactly."""
+    script = runner.script("toy.py", edits={
+        **SLOW,
+        "step = 0\n": "step = 0\nimport threading, flor.runtime\nrelease = threading.Event()\n"
+                      "w = flor.runtime.current().writer\nw.submit(release.wait, w.budget, print)\n",
+        "    # OUTER": "    if epoch == 3:\n        release.set(); w.flush()",
+    })
+    runner.run(script, "--epochs", str(EPOCHS), "--flor", "behind", env=runner.env(FLOR_WRITER_MEMORY="64MB"))
+    store, run, meta = only_run(runner, "behind")
+    assert meta["status"] == "finished"
+    assert meta["checkpoint_skipped"] == [
+        {"epoch": e, "block": "training_loop", "reason": "writer behind"} for e in range(4)]
+    assert check_checkpoints(store, run, meta) == set(range(4, EPOCHS))
+    replay_is_exact(runner, "behind", EPOCHS)
+
+
+# -- the writer itself ---------------------------------------------------------------------
+
+
+def test_writer_refuses_past_its_budget_and_never_waits():
+    w = BackgroundWriter(budget=100)
+    gate = threading.Event()
+    assert w.try_submit(gate.wait, 60, print, label=("b", 0))
+    assert not w.has_room(60) and not w.try_submit(lambda: None, 60, print, label=("b", 1))
+    assert w.try_submit(lambda: None, 40, print, label=("b", 2))  # fits beside it
+    w.submit(lambda: None, 0, print)  # small jobs always queue
+    gate.set()
+    assert w.close(timeout=30) == []
+    big = BackgroundWriter(budget=10)
+    assert big.try_submit(lambda: None, 1000, print)  # nothing queued: a snapshot larger than the budget still goes
+    assert big.close(timeout=30) == []
+
+
+def test_writer_close_abandons_whole_after_the_timeout():
+    w = BackgroundWriter()
+    started, gate, ran, committed = threading.Event(), threading.Event(), [], []
+
+    def slow() -> None:
+        started.set()
+        gate.wait()
+        if w.may_commit():  # the manifest would be written here
+            committed.append(1)
+
+    assert w.try_submit(slow, 1, print, label=("train", 0))
+    assert w.try_submit(lambda: ran.append(1), 1, print, label=("train", 1))
+    started.wait(30)
+    assert w.close(timeout=0.05) == [("train", 0), ("train", 1)]  # running and queued: both abandoned
+    gate.set()
+    w._thread.join(30)
+    assert committed == [] and ran == []  # no manifest after abandonment; the queued job never ran
+    assert w.close(timeout=1) == []  # safe to call twice
+    assert not w.try_submit(lambda: None, 1, print)
+
+
+def test_writer_failure_reaches_on_error_not_the_caller():
+    w = BackgroundWriter()
+    errors = []
+    assert w.try_submit(lambda: 1 / 0, 1, errors.append)
+    assert w.flush(timeout=30)
+    assert len(errors) == 1 and isinstance(errors[0], ZeroDivisionError)
+    w.close()
+
+
+@pytest.mark.parametrize("env, field, expected", [
+    ({}, "flush_timeout", 20.0),
+    ({"FLOR_FLUSH_TIMEOUT": "2.5"}, "flush_timeout", 2.5),
+    ({"FLOR_FLUSH_TIMEOUT": "0"}, "flush_timeout", 0.0),
+    ({}, "writer_memory", None),
+    ({"FLOR_WRITER_MEMORY": "512MB"}, "writer_memory", 512 * 10**6),
+    ({"FLOR_WRITER_MEMORY": "2GiB"}, "writer_memory", 2 * 2**30),
+])
+def test_writer_settings(env, field, expected):
+    settings, _ = parse(["train.py", "--flor", "x"], env)
+    assert getattr(settings, field) == expected
+
+
+@pytest.mark.parametrize("env", [
+    {"FLOR_FLUSH_TIMEOUT": "-1"}, {"FLOR_FLUSH_TIMEOUT": "nan"}, {"FLOR_FLUSH_TIMEOUT": "inf"},
+    {"FLOR_FLUSH_TIMEOUT": "soon"}, {"FLOR_WRITER_MEMORY": "lots"}, {"FLOR_WRITER_MEMORY": "0"},
+])
+def test_bad_writer_settings_are_one_line_errors(env, runner):
+    with pytest.raises(ConfigError) as err:
+        parse(["train.py", "--flor", "x"], env)
+    assert list(env)[0] in str(err.value)
+    proc = runner.run(runner.script(), "--flor", "x", check=False, env=runner.env(**env))
+    assert proc.returncode == 2 and proc.stderr.startswith("flor: error: FLOR_") and "Traceback" not in proc.stderr
