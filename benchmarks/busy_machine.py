@@ -13,6 +13,7 @@ measured +380%: the writer got no CPU, snapshots queued and the process waited a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -34,7 +35,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--every-epoch", action="store_true", help="also record with a checkpoint at every epoch")
+    ap.add_argument("--quick", action="store_true", help="a smoke test: one pair")
     opts = ap.parse_args()
+    if opts.quick:
+        opts.pairs = 1
     cores = os.cpu_count() or 1
     # the 'big' MLP: ~126 MB of weights and AdamW state per checkpoint, 2 torch threads
     args = [str(TRAIN), "--model", "big", "--epochs", str(opts.epochs), "--steps", str(opts.steps), "--batch", "32"]
@@ -79,7 +83,10 @@ def main() -> None:
         result[variant] = entry
         rows.append([variant, med, entry.get("ratio_median_of_pairs", 1.0), entry.get("overhead", 0.0)])
     print(table(rows, ["variant", "median wall s", "ratio (median of pairs)", "overhead"]))
-    print(f"-> {save('busy_machine', result)}")
+    if opts.quick:  # a smoke test never replaces the committed figures
+        print(json.dumps(result, indent=1))
+    else:
+        print(f"-> {save('busy_machine', result)}")
 
 
 if __name__ == "__main__":

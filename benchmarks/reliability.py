@@ -371,7 +371,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-scenarios", action="store_true", help="only the kill -9 trials")
     ap.add_argument("--out", type=Path, help="write the results here instead of benchmarks/results")
+    ap.add_argument("--quick", action="store_true", help="a smoke test: 5 trials, 1 replayed")
     opts = ap.parse_args()
+    if opts.quick:  # a smoke test never replaces the committed figures
+        opts.trials, opts.replay_every = 5, 5
+        opts.out = opts.out or Path(tempfile.mkdtemp()) / "reliability.json"
     work = Path(tempfile.mkdtemp(prefix="flor-reliability-"))
     t0 = time.perf_counter()
     try:

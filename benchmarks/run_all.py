@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["log_call", "storage", "record_overhead", "replay_speedup", "parallel_replay", "flor_replay"]
+BENCHMARKS = ["log_call", "storage", "record_overhead", "replay_speedup", "parallel_replay", "flor_replay",
+              "reliability", "busy_machine"]
 
 if __name__ == "__main__":
     failed = []

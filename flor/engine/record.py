@@ -50,7 +50,8 @@ class RecordSession(Session):
             versions=versions(), torch_threads=torch.get_num_threads(), started=self.started,
             hyperparameters=hparams.captured(), write_failures=self.write_failures,
         )
-        self._meta_lock = threading.Lock()  # the writer thread notes checkpoint failures in meta
+        # reentrant: a signal handler may run while it is held; the writer thread notes failures in meta
+        self._meta_lock = threading.RLock()
         self.write_meta()
         hparams.subscribe(self._hyperparameters)
         try:

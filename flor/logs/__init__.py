@@ -110,8 +110,8 @@ class LogWriter:
         self.sink = sink
         self.on_error = on_error
         self._buffer: list[tuple] = []
-        self._lock = threading.Lock()  # guards _buffer: append and swap
-        self._write_lock = threading.Lock()  # one flush writes at a time, in order
+        self._lock = threading.RLock()  # guards _buffer (reentrant: a signal handler may flush while it is held)
+        self._write_lock = threading.RLock()  # one flush writes at a time, in order
         self._failed = False
 
     def add(self, name: str, value: Any, epoch: int | None, step: Any, block: str | None,
