@@ -7,18 +7,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["CheckpointPolicy"]
+__all__ = ["CHARGE_SHARED", "CHARGE_STALL", "CheckpointPolicy"]
+
+#: what the budget is charged with, as run.json's ``checkpoint_policy.charged`` and the exit line say
+CHARGE_SHARED = "stall + background CPU (cores shared)"
+CHARGE_STALL = "stall only (GPU training, idle cores)"
 
 
 @dataclass
 class CheckpointPolicy:
-    """Keep the training thread's checkpoint stall within ``overhead`` of training time.
+    """Keep what checkpointing costs in wall time within ``overhead`` of training time.
 
-    The stall of each block's last checkpoint is the estimate for its next one, and is
-    measured again every time (model size, disk speed and contention change during a run).
-    An epoch is checkpointed when the stall so far plus that estimate stays within budget;
-    so an expensive checkpoint thins out the following ones into a regular period. With
-    ``every`` set, the schedule is fixed instead: epochs 0, N, 2N, ...
+    What counts (``charge``): the training thread's stall always; where the background writer
+    shares the cores with training (training on the CPU, ``CHARGE_SHARED``) also the writer's
+    CPU time divided by the cores, since those CPU-seconds come out of training's; with
+    training on a GPU and idle cores (``CHARGE_STALL``) only the stall. The cost of each block's
+    last checkpoint is the estimate for its next one, and is measured again every time (model
+    size, disk speed and contention change during a run). An epoch is checkpointed when the
+    cost so far plus that estimate stays within budget; so an expensive checkpoint thins out
+    the following ones into a regular period. With ``every`` set, the schedule is fixed
+    instead: epochs 0, N, 2N, ...
 
     >>> p = CheckpointPolicy(overhead=0.01)
     >>> p.due("train", 0, elapsed=10.0)   # nothing measured yet: measure
@@ -26,10 +34,15 @@ class CheckpointPolicy:
     >>> p.observe("train", 0, stall=0.5)  # 5% of the 10 s so far
     >>> p.due("train", 1, elapsed=20.0), p.due("train", 9, elapsed=110.0)
     (False, True)
+    >>> p = CheckpointPolicy(overhead=0.01)           # CPU training: the writer's share counts
+    >>> p.observe("train", 0, stall=0.01); p.observe_background("train", 0.09)
+    >>> p.due("train", 1, elapsed=10.0), p.due("train", 2, elapsed=30.0)
+    (False, True)
     """
 
     overhead: float = 0.01
     every: int | None = None
+    charge: str = CHARGE_SHARED
     stall_s: float = 0.0
     background_s: float = 0.0
     estimate: dict[str, float] = field(default_factory=dict)
@@ -45,7 +58,10 @@ class CheckpointPolicy:
             ok = epoch % self.every == 0
         else:
             expected = self.estimate.get(block)
-            ok = expected is None or self.stall_s + expected <= self.overhead * max(elapsed - self.stall_s, 0.0)
+            if expected is not None and self.shared:
+                expected += self.background.get(block, 0.0)
+            spent = self.charged_s
+            ok = expected is None or spent + expected <= self.overhead * max(elapsed - spent, 0.0)
         if not ok and (not self.skipped or self.skipped[-1] != epoch):
             self.skipped.append(epoch)
         return ok
@@ -58,22 +74,28 @@ class CheckpointPolicy:
             self.checkpointed.append(epoch)
 
     def observe_background(self, block: str, seconds: float) -> None:
-        """Account the share of the machine one checkpoint's background work took.
-
-        Where training runs on the CPU, the background thread's hashing and writing take
-        cores from training: the recorder reports that CPU time divided by the cores. It is
-        reported beside the stall (run.json ``checkpoint_policy.background_share_s``), not
-        charged to the budget, which is about the training thread's stall; the writer thread
-        runs a few nice levels below training, so it yields to training without being starved
-        by it or by other work (flor.store.writer). (Called from the writer.)
-        """
+        """Account the share of the machine one checkpoint's background work took: the writer
+        thread's CPU-seconds divided by the cores (called from the writer). Charged to the
+        budget while ``charge`` is ``CHARGE_SHARED``; reported either way (run.json
+        ``checkpoint_policy.background_share_s``)."""
         self.background_s += seconds
         self.background[block] = seconds
+
+    @property
+    def shared(self) -> bool:
+        """Whether the background work takes cores from training (its CPU share is charged)."""
+        return self.charge == CHARGE_SHARED
+
+    @property
+    def charged_s(self) -> float:
+        """The cost charged to the budget so far, in seconds."""
+        return self.stall_s + (self.background_s if self.shared else 0.0)
 
     def describe(self) -> dict:
         return {
             "mode": "every" if self.every is not None else "adaptive", "every": self.every,
-            "overhead_budget": self.overhead, "stall_s": round(self.stall_s, 6),
+            "overhead_budget": self.overhead, "charged": self.charge, "charged_s": round(self.charged_s, 6),
+            "stall_s": round(self.stall_s, 6),
             "background_share_s": round(self.background_s, 6),
             "checkpointed_epochs": self.checkpointed, "skipped_epochs": self.skipped,
         }

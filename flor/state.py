@@ -158,30 +158,42 @@ class Pending:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for _, t in self.tensors) + sum(len(b) for _, b in self.raw)
 
+    def hashed(self) -> list[tuple[memoryview | bytes, str]]:
+        """Hash every leaf once and note the hash in the tree; return the ``(bytes, hash)``
+        pairs to store, still views of the pooled buffers (no copy): store them, then
+        ``release()``. Runs on the background writer."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        out: list[tuple[memoryview | bytes, str]] = []
+        for node, tensor in self.tensors:
+            data = _tensor_bytes(tensor)
+            node["h"] = hash_bytes(data)
+            out.append((data, node["h"]))
+        for node, data in self.raw:
+            node["h"] = hash_bytes(data)
+            if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
+                node["sha256"] = hashlib.sha256(data).hexdigest()
+            out.append((data, node["h"]))
+        return out
+
+    def release(self) -> None:
+        """Give the pooled buffers back (after their bytes are stored); the tree stays."""
+        self.tensors, self.raw = [], []
+        if self.pool is not None:
+            self.pool.give(self.buffers)
+        self.buffers = []
+
     def materialize(self, put: Callable[[memoryview | bytes, str], Any] | None = None) -> Any:
         """Hash every leaf, hand its bytes to ``put(data, hash)`` if given; return the tree.
 
-        Runs on the background writer; the pooled buffers go back to the pool afterwards.
+        The pooled buffers go back to the pool afterwards.
         """
         try:
-            if self.ready is not None:
-                self.ready.synchronize()
-            for node, tensor in self.tensors:
-                data = _tensor_bytes(tensor)
-                node["h"] = hash_bytes(data)
+            for data, digest in self.hashed():
                 if put is not None:
-                    put(data, node["h"])
-            for node, data in self.raw:
-                node["h"] = hash_bytes(data)
-                if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
-                    node["sha256"] = hashlib.sha256(data).hexdigest()
-                if put is not None:
-                    put(data, node["h"])
+                    put(data, digest)
         finally:
-            self.tensors, self.raw = [], []
-            if self.pool is not None:
-                self.pool.give(self.buffers)
-            self.buffers = []
+            self.release()
         return self.tree
 
 

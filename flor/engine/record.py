@@ -15,7 +15,7 @@ from ..logs import LogWriter
 from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
 from ..placement import cores
-from ..policy import CheckpointPolicy
+from ..policy import CHARGE_SHARED, CHARGE_STALL, CheckpointPolicy
 from ..runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import warn_forgotten
@@ -249,27 +249,25 @@ class RecordSession(Session):
         nbytes = objects.nbytes + rng.nbytes
         self.snapshot_bytes[name] = nbytes
         on_gpu = objects.ready is not None  # the snapshot copied from a CUDA device
+        if on_gpu:  # training on a GPU: the writer's CPU costs training nothing while cores are idle
+            busy = busy_cores()
+            self.policy.charge = CHARGE_SHARED if busy is not None and busy >= cores() - 1 else CHARGE_STALL
+        else:  # training on the CPU: every CPU-second of the writer is one training does not get
+            self.policy.charge = CHARGE_SHARED
 
         def job() -> None:
             cpu0 = time.thread_time()
-            written: list[int] = [0]
-            dirs: set[str] = set()
-
-            def put(data: Any, digest: str) -> None:
-                _, new = self.store.blobs.put(data, digest)
-                if new:
-                    written[0] += len(data)
-                    dirs.add(f"objects/{digest[:2]}")
-
-            tree = objects.materialize(put)
-            rng_tree = rng.materialize(put)
-            rng_start_tree = rng_start.materialize(put)
-            for d in dirs:  # the blobs' renames are durable before the manifest names them
-                self.store.backend.sync_dir(d)
+            parts = (objects, rng, rng_start)
+            try:  # hashed once, written straight from the pooled buffers, behind ONE durability barrier
+                new_bytes = self.store.blobs.put_many([item for part in parts for item in part.hashed()])
+            finally:
+                for part in parts:
+                    part.release()
+            tree, rng_tree, rng_start_tree = objects.tree, rng.tree, rng_start.tree
             body = {"objects": tree, "rng": rng_tree}
             manifest = {
                 "format": FORMAT, "block": name, "epoch": epoch, "occurrence": occ, "count": len(objs),
-                **body, "rng_start": rng_start_tree, "digest": _digest(body), "bytes": nbytes, "new_bytes": written[0],
+                **body, "rng_start": rng_start_tree, "digest": _digest(body), "bytes": nbytes, "new_bytes": new_bytes,
                 "block_s": round(elapsed, 6), "snapshot_s": round(snap_s, 6), "created": time.time(),
             }
             # sha256 over all of it; an HMAC with the user's key where a leaf is pickled (flor.store.trust)
@@ -281,9 +279,8 @@ class RecordSession(Session):
                 self.spool.checkpoint(manifest_key)
             cpu = time.thread_time() - cpu0
             self.background_cpu_s += cpu
-            self.bytes_written += written[0]
-            if not on_gpu:  # training on the CPU shares the cores with this thread
-                self.policy.observe_background(name, cpu / cores())
+            self.bytes_written += new_bytes
+            self.policy.observe_background(name, cpu / cores())  # charged where cores are shared (policy.charge)
 
         if not self.writer.try_submit(job, nbytes, lambda exc: self._failed(name, epoch, exc), label=(name, epoch)):
             self._skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
@@ -350,8 +347,8 @@ class RecordSession(Session):
         self.meta.background = {"cpu_s": round(self.background_cpu_s, 6), "bytes_written": self.bytes_written}
         if self.policy.skipped:
             done = len(self.policy.checkpointed)
-            print(f"flor: checkpointed {done} of {done + len(self.policy.skipped)} epochs to keep the training "
-                  f"thread's checkpoint stall within {self.policy.overhead:.1%} of training time "
+            print(f"flor: checkpointed {done} of {done + len(self.policy.skipped)} epochs to keep checkpointing "
+                  f"within {self.policy.overhead:.1%} of training time (charged: {self.policy.charge}) "
                   f"(--flor_overhead); replay re-executes the others from the nearest checkpoint", file=sys.stderr)
         self.meta.status = {None: "finished", "interrupted": "interrupted",
                             "terminated": "terminated"}.get(self.exit_error, "crashed")

@@ -56,6 +56,18 @@ class BlobStore:
         self.backend.write(key, data)
         return digest, True
 
+    def put_many(self, items: list[tuple[bytes | memoryview, str]]) -> int:
+        """Store already-hashed ``(data, digest)`` pairs behind one durability barrier
+        (``LocalBackend.write_batch``); return the bytes that were new (the rest deduplicated).
+        When it returns, every blob is durable, so a manifest naming them may be written."""
+        batch: dict[str, bytes | memoryview] = {}
+        for data, digest in items:
+            key = blob_key(digest)
+            if key not in batch and not self.backend.exists(key):
+                batch[key] = data
+        self.backend.write_batch(list(batch.items()))
+        return sum(memoryview(d).nbytes for d in batch.values())
+
     def get(self, digest: str) -> bytes:
         key = blob_key(digest)  # checked first: only a valid hash, hence only a file in objects/, may be deleted
         if self._remote is not None and not self.backend.exists(key):

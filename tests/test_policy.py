@@ -1,0 +1,70 @@
+"""The checkpoint policy (flor.policy): pure bookkeeping, no training, no timing."""
+
+from flor.policy import CHARGE_SHARED, CHARGE_STALL, CheckpointPolicy
+
+
+def schedule(charge: str, *, epoch_s: float, stall: float, background: float, epochs: int = 20) -> list[int]:
+    p = CheckpointPolicy(overhead=0.01, charge=charge)
+    elapsed = 0.0
+    for epoch in range(epochs):
+        elapsed += epoch_s
+        if p.due("train", epoch, elapsed=elapsed):
+            p.observe("train", epoch, stall=stall)
+            p.observe_background("train", background)
+            elapsed += stall + (background if charge == CHARGE_SHARED else 0.0)
+    return p.checkpointed
+
+
+def test_shared_cores_charge_the_background_share():
+    # stall 0.5% of an epoch, background share 2%: only the stall fits a 1% budget
+    stall_only = schedule(CHARGE_STALL, epoch_s=1.0, stall=0.005, background=0.02)
+    shared = schedule(CHARGE_SHARED, epoch_s=1.0, stall=0.005, background=0.02)
+    assert stall_only == list(range(20))
+    assert 0 in shared and 2 <= len(shared) <= 20 * 0.01 / 0.025 + 2
+    assert len(shared) < len(stall_only)
+
+
+def test_charged_cost_stays_within_the_budget():
+    p = CheckpointPolicy(overhead=0.01, charge=CHARGE_SHARED)
+    elapsed = 0.0
+    for epoch in range(200):
+        elapsed += 1.0
+        if p.due("train", epoch, elapsed=elapsed):
+            p.observe("train", epoch, stall=0.004)
+            p.observe_background("train", 0.016)
+            elapsed += 0.02
+    training = elapsed - p.charged_s
+    assert p.charged_s <= 0.01 * training + 0.02  # at most one checkpoint over
+    assert p.charged_s >= 0.01 * training - 0.04  # and the budget is used, not wasted
+
+
+def test_gpu_with_idle_cores_charges_only_the_stall():
+    p = CheckpointPolicy(overhead=0.01, charge=CHARGE_STALL)
+    p.observe("train", 0, stall=0.001)
+    p.observe_background("train", 5.0)  # large, but on idle cores: not wall time
+    assert p.charged_s == 0.001
+    assert p.due("train", 1, elapsed=2.0)
+    d = p.describe()
+    assert d["charged"] == CHARGE_STALL and d["background_share_s"] == 5.0 and d["charged_s"] == 0.001
+
+
+def test_describe_says_what_was_charged():
+    p = CheckpointPolicy()
+    p.observe("train", 0, stall=0.25)
+    p.observe_background("train", 0.5)
+    d = p.describe()
+    assert d["charged"] == CHARGE_SHARED == "stall + background CPU (cores shared)"
+    assert d["charged_s"] == 0.75 and d["checkpointed_epochs"] == [0]
+
+
+def test_fixed_schedule_ignores_costs():
+    p = CheckpointPolicy(every=3)
+    p.observe("train", 0, stall=100.0)
+    assert [e for e in range(7) if p.due("train", e, elapsed=1.0)] == [0, 3, 6]
+    assert p.skipped == [1, 2, 4, 5]
+
+
+def test_blocks_outside_the_loop_always_run():
+    p = CheckpointPolicy(overhead=0.0)
+    p.observe("init", None, stall=10.0)
+    assert p.due("init", None, elapsed=0.0)
