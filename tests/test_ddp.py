@@ -5,6 +5,7 @@ workers that share one replay id."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -17,8 +18,16 @@ EPOCHS = 4
 OUTER = {"    # OUTER": '    flor.log("wnorm", float(sum(p.detach().double().norm() for p in net.parameters())))'}
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def torchrun(r: Runner, script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script, *args],
+    # a port of its own: torchrun's default 29500 may be taken by another test running beside it
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), script, *args],
                           cwd=r.cwd, env=r.env(**env), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
