@@ -9,6 +9,7 @@ ones; ``pytest -s`` prints how many ran.
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -19,6 +20,7 @@ import pathlib
 import random
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -90,24 +92,32 @@ def store(tmp_path_factory) -> ExperimentStore:  # noqa: ANN001
     return store
 
 
-def read_and_restore(store: ExperimentStore, raw: bytes) -> None:
-    """What a replay does with a manifest file: read (validate, checksum) it, then restore from it."""
-    store.backend.write(store.manifest_key(RUN, "b", 0, 0), raw, durable=False)
+@contextlib.contextmanager
+def _rng_kept() -> Iterator[None]:
+    """Restoring fuzzed RNG states must not leak into the rest of the suite."""
     state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     try:
-        m = store.read_manifest(RUN, "b", 0, 0)
-        cache = store.blobs.get_many(h for h in _hashes(m))
-        CASES["manifest read, restore tried"] += 1
-        # pickles allowed: only the Counter's bytes match a SHA-256 a manifest names, so the decoder
-        # past the trust check is fuzzed too
-        restore_all(objects(), m["objects"], m["rng"], cache.__getitem__, pickles=PickleTrust(True))
-        CASES["manifest read, restored"] += 1
-    except FlorError:
-        pass
+        yield
     finally:
         random.setstate(state[0])
         np.random.set_state(state[1])
         torch.set_rng_state(state[2])
+
+
+def read_and_restore(store: ExperimentStore, raw: bytes) -> None:
+    """What a replay does with a manifest file: read (validate, checksum) it, then restore from it."""
+    store.backend.write(store.manifest_key(RUN, "b", 0, 0), raw, durable=False)
+    with _rng_kept():
+        try:
+            m = store.read_manifest(RUN, "b", 0, 0)
+            cache = store.blobs.get_many(h for h in _hashes(m))
+            CASES["manifest read, restore tried"] += 1
+            # pickles allowed: only the Counter's bytes match a SHA-256 a manifest names, so the decoder
+            # past the trust check is fuzzed too
+            restore_all(objects(), m["objects"], m["rng"], cache.__getitem__, pickles=PickleTrust(True))
+            CASES["manifest read, restored"] += 1
+        except FlorError:
+            pass
 
 
 def _hashes(node) -> set:  # noqa: ANN001
@@ -209,16 +219,12 @@ def test_decode_of_unvalidated_trees(store: ExperimentStore, data) -> None:  # n
     m = data.draw(mutated({"objects": store.good["objects"], "rng": store.good["rng"]}))
     cache = store.blobs.get_many(h for h in _hashes(store.good))
     CASES["decode, unvalidated tree"] += 1
-    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    try:
-        restore_all(objects(), m.get("objects"), m.get("rng"), lambda h: cache[h] if h in cache else b"",
-                    pickles=PickleTrust(True))
-    except FlorError:
-        pass
-    finally:
-        random.setstate(state[0])
-        np.random.set_state(state[1])
-        torch.set_rng_state(state[2])
+    with _rng_kept():
+        try:
+            restore_all(objects(), m.get("objects"), m.get("rng"), lambda h: cache[h] if h in cache else b"",
+                        pickles=PickleTrust(True))
+        except FlorError:
+            pass
 
 
 def test_an_intact_manifest_restores(store: ExperimentStore) -> None:

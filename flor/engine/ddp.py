@@ -234,10 +234,6 @@ class RankSession(Session):
         self.link.check(name, epoch, objs)
         return as_result(objs)
 
-    def write_log(self, name: str, value: Any, step: Any) -> None:
-        if self.logs is not None:
-            self.logs.add(name, value, self.epoch, step, self.open[0] if self.open else None, self.where())
-
     def close(self) -> None:
         if self._closed:
             return

@@ -316,9 +316,6 @@ class RecordSession(Session):
 
     # -- logs and exit -----------------------------------------------------------------
 
-    def write_log(self, name: str, value: Any, step: Any) -> None:
-        self.logs.add(name, value, self.epoch, step, self.open[0] if self.open else None, self.where())
-
     def close(self) -> None:
         if self._closed:
             return

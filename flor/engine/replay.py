@@ -472,7 +472,7 @@ class ReplaySession(Session):
                 return
         elif not (self.plan.reports_after if self.plan else self.pid == self.ngpus - 1):
             return
-        self.logs.add(name, value, self.epoch, step, self.open[0] if self.open else None, self.where())
+        super().write_log(name, value, step)
 
     def close(self) -> None:
         if self._closed:

@@ -271,8 +271,12 @@ class Session:
         warn(message)
         return True
 
-    def write_log(self, name: str, value: Any, step: Any) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def write_log(self, name: str, value: Any, step: Any) -> None:
+        """Buffer a coerced value with where it was logged (epoch, open block, before/after the
+        loop); sessions that report only some values filter before calling this."""
+        logs = getattr(self, "logs", None)
+        if logs is not None:
+            logs.add(name, value, self.epoch, step, self.open[0] if self.open else None, self.where())
 
     def close(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
