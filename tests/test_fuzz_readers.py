@@ -162,6 +162,8 @@ def mutated(draw, good: dict) -> dict:  # noqa: ANN001
     m = copy.deepcopy(good)
     for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):
         slots = _slots(m, [])
+        if not slots:  # an earlier round deleted everything there was
+            break
         parent, key = slots[draw(st.integers(0, len(slots) - 1))]
         how = draw(st.sampled_from(["replace", "replace", "delete", "wrap"]))
         if how == "delete" and isinstance(parent, dict):
