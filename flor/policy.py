@@ -91,6 +91,26 @@ class CheckpointPolicy:
         """The cost charged to the budget so far, in seconds."""
         return self.stall_s + (self.background_s if self.shared else 0.0)
 
+    def summary(self, training_s: float, failed: frozenset = frozenset()) -> str:
+        """The exit line: how many epochs were checkpointed, what that cost, and which rule
+        charged the budget. Epochs in ``failed`` (taken, but their checkpoint was not written)
+        do not count as checkpointed.
+
+        >>> p = CheckpointPolicy(overhead=0.01)
+        >>> p.observe("train", 0, stall=0.01); p.observe_background("train", 0.02)
+        >>> p.summary(10.0)
+        'checkpointed 1 of 1 epochs for 0.30% of training time (--flor_overhead 1.0%, charged: stall + background CPU (cores shared))'
+        >>> p.charge = CHARGE_STALL; p.every = 2
+        >>> p.summary(10.0)
+        'checkpointed 1 of 1 epochs for 0.10% of training time (--flor_every 2, charged: stall only (GPU training, idle cores))'
+        """
+        done = len([e for e in self.checkpointed if e not in failed])
+        rule = f"--flor_every {self.every}" if self.every is not None else f"--flor_overhead {self.overhead:.1%}"
+        share = self.charged_s / max(training_s - self.charged_s, 1e-9)
+        total = len(self.checkpointed) + len(self.skipped)
+        return (f"checkpointed {done} of {total} epochs for {share:.2%} of training time "
+                f"({rule}, charged: {self.charge})")
+
     def describe(self) -> dict:
         return {
             "mode": "every" if self.every is not None else "adaptive", "every": self.every,

@@ -30,6 +30,10 @@ Node forms (plain JSON values stand for themselves: None, bool, int, float, str)
     {"t": "pickle", "h": hash, "cls": str, "sha256": hex}
     flor.leaves' plain leaves: complex, path, datetime, date, time, timedelta, decimal, uuid, enum
 
+A leaf of under ``PACK_LEAF_BYTES`` recorded by a checkpoint lives in a pack, one blob per
+checkpoint holding the small leaves end to end: its node adds ``"o"`` and ``"n"`` (offset and
+size in the pack named by ``"h"``) and ``"x"`` (the leaf's own hash).
+
 Capture is split in two so the training thread pays only for copies: ``snapshot`` builds the
 tree and copies every tensor (``Pending``); ``Pending.materialize`` hashes and stores them,
 normally on the background writer.
@@ -37,10 +41,12 @@ normally on the background writer.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import hashlib
 import json
 import random
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -57,10 +63,15 @@ from .store.manifest import NP_BITGENS, NP_KINDS, TORCH_DTYPES
 
 __all__ = [
     "BufferPool",
+    "PACK_LEAF_BYTES",
+    "PackIndex",
     "Pending",
     "PickleTrust",
+    "RNG_BYTES",
+    "TreeCache",
     "capture_rng",
     "diff_nodes",
+    "hash_and_pack",
     "restore",
     "restore_all",
     "restore_rng",
@@ -153,6 +164,8 @@ class Pending:
     buffers: list[torch.Tensor] = field(default_factory=list)
     pool: BufferPool | None = None
     ready: Any = None  # a CUDA event that completes when the asynchronous copies have landed
+    build: Callable[[], tuple[Any, list[dict]]] | None = None  # the tree and tensor nodes, made on the writer
+    on_release: Callable[[], None] | None = None  # gives a TreeCache's buffer set back
 
     @property
     def nbytes(self) -> int:
@@ -164,6 +177,7 @@ class Pending:
         ``release()``. Runs on the background writer."""
         if self.ready is not None:
             self.ready.synchronize()
+        self.built()
         out: list[tuple[memoryview | bytes, str]] = []
         for node, tensor in self.tensors:
             data = _tensor_bytes(tensor)
@@ -176,12 +190,31 @@ class Pending:
             out.append((data, node["h"]))
         return out
 
+    def built(self) -> Any:
+        """The tree, made from a TreeCache's template first where the snapshot took the fast path."""
+        if self.build is not None:
+            self.tree, nodes = self.build()
+            self.tensors = [(node, data) for node, (_, data) in zip(nodes, self.tensors)]
+            self.build = None
+        return self.tree
+
+    def leaves(self) -> list[tuple[dict, memoryview | bytes]]:
+        """``(node, bytes)`` of every leaf to store, views of the pooled buffers (no copy)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        self.built()
+        return [(node, _tensor_bytes(tensor)) for node, tensor in self.tensors] + list(self.raw)
+
     def release(self) -> None:
         """Give the pooled buffers back (after their bytes are stored); the tree stays."""
+        self.built()  # the tree stays: make it before the buffers go
         self.tensors, self.raw = [], []
         if self.pool is not None:
             self.pool.give(self.buffers)
         self.buffers = []
+        if self.on_release is not None:
+            self.on_release()
+            self.on_release = None
 
     def materialize(self, put: Callable[[memoryview | bytes, str], Any] | None = None) -> Any:
         """Hash every leaf, hand its bytes to ``put(data, hash)`` if given; return the tree.
@@ -195,6 +228,76 @@ class Pending:
         finally:
             self.release()
         return self.tree
+
+
+#: leaves smaller than this go, concatenated, into one blob per checkpoint (a pack): on a
+#: local disk each file costs ~0.1-0.4 ms of CPU whatever its size (open, write, sync,
+#: rename), so a small model's 30-odd biases, optimizer steps and RNG states cost more as
+#: files than all of their bytes (issue #13)
+PACK_LEAF_BYTES = 64 * 1024
+
+
+class PackIndex:
+    """Where this run stored each small leaf: ``leaf hash -> (pack hash, offset, size)``.
+
+    A leaf that an earlier checkpoint of the run stored already is pointed at there, so an
+    unchanged small tensor is stored once per run, as a large one is once per store.
+    ``remember`` only after the packs are durable. Bounded: forgets everything past
+    ``limit`` entries (the leaves are then packed again).
+    """
+
+    def __init__(self, limit: int = 1 << 17) -> None:
+        self.where: dict[str, tuple[str, int, int]] = {}
+        self.limit = limit
+
+    def remember(self, entries: dict[str, tuple[str, int, int]]) -> None:
+        if len(self.where) + len(entries) > self.limit:
+            self.where.clear()
+        self.where.update(entries)
+
+
+def hash_and_pack(parts: list[Pending], index: PackIndex | None = None,
+                  threshold: int = PACK_LEAF_BYTES) -> tuple[list[tuple[memoryview | bytes, str]], dict]:
+    """Hash every leaf of ``parts`` once and note where its bytes go in its node; return the
+    ``(bytes, hash)`` blobs to store and the index entries to ``remember`` once they are.
+
+    A leaf of ``threshold`` bytes or more is its own blob (``"h"``: its hash; deduplicated
+    across runs). A smaller one points into a pack: ``"h"`` the pack's hash, ``"o"``/``"n"``
+    its offset and size there, ``"x"`` its own hash (what comparisons use). Runs on the
+    background writer; the large blobs are still views of the pooled buffers (no copy).
+    """
+    blobs: list[tuple[memoryview | bytes, str]] = []
+    small: list[tuple[dict, memoryview | bytes, str]] = []
+    for part in parts:
+        for node, data in part.leaves():
+            digest = hash_bytes(data)
+            if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
+                node["sha256"] = hashlib.sha256(data).hexdigest()
+            if memoryview(data).nbytes >= threshold:
+                node["h"] = digest
+                blobs.append((data, digest))
+            else:
+                small.append((node, data, digest))
+    known = index.where if index is not None else {}
+    chunks: list[memoryview | bytes] = []
+    offsets: dict[str, tuple[int, int]] = {}
+    size = 0
+    for _, data, digest in small:
+        if digest not in known and digest not in offsets:
+            n = memoryview(data).nbytes
+            offsets[digest] = (size, n)
+            chunks.append(data)
+            size += n
+    entries: dict[str, tuple[str, int, int]] = {}
+    if chunks:
+        pack = b"".join(chunks)
+        pack_hash = hash_bytes(pack)
+        blobs.append((pack, pack_hash))
+        entries = {d: (pack_hash, o, n) for d, (o, n) in offsets.items()}
+    for node, _, digest in small:
+        where = entries.get(digest) or known[digest]
+        node["h"], node["o"], node["n"], node["x"] = where[0], where[1], where[2], digest
+    return blobs, entries
 
 
 class _Encoder:
@@ -364,12 +467,223 @@ class _Encoder:
         return self.pickled(obj, path)
 
 
-def snapshot(objs: Any, *, copy: bool = True, path: str = "", pool: BufferPool | None = None) -> Pending:
+def snapshot(objs: Any, *, copy: bool = True, path: str = "", pool: BufferPool | None = None,
+             cache: TreeCache | None = None) -> Pending:
     """Encode ``objs``; with ``copy`` every tensor is copied so training may go on at once
-    (into ``pool``'s reusable buffers when given)."""
+    (into ``pool``'s reusable buffers when given). With ``cache`` (one per block), a snapshot
+    of objects that kept their structure since the last one takes the fast path
+    (``TreeCache``)."""
+    if cache is not None and copy:
+        fast = cache.snapshot(objs)
+        if fast is not None:
+            return fast
     enc = _Encoder(copy=copy, pool=pool)
     enc.pending.tree = enc.encode(objs, path)
-    return enc.finish()
+    pending = enc.finish()
+    if cache is not None and copy:
+        cache.learn(objs, pending)
+    return pending
+
+
+_PRIMITIVE_SET = frozenset(_PRIMITIVES)
+
+
+def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0) -> bool:
+    """Walk ``obj`` as ``_Encoder.encode`` would, collecting its structure (``sig``: every
+    object's type, every dict's keys, every tensor's dtype, shape and requires_grad), its
+    plain values and its tensors; False where the fast path does not apply."""
+    t = type(obj)
+    if t in _PRIMITIVE_SET:
+        sig.append(t)
+        vals.append(obj)
+        return True
+    if depth > 64:
+        return False
+    if t is torch.Tensor or t is torch.nn.Parameter:
+        dtype = obj.dtype
+        if not obj.is_cpu or obj.layout is not torch.strided or obj.is_quantized or obj.is_nested \
+                or (dtype.is_complex and (obj.is_conj() or obj.is_neg())):
+            return False
+        sig.append((t, dtype, obj.shape, obj.requires_grad))
+        tensors.append(obj)
+        return True
+    if t is list or t is tuple:
+        sig.append((t, len(obj)))
+        for x in obj:
+            if not _flatten(x, sig, vals, tensors, depth + 1):
+                return False
+        return True
+    if t is dict or t is OrderedDict:
+        keys = tuple(obj)
+        types = tuple(map(type, keys))
+        if not _PRIMITIVE_SET.issuperset(types):
+            return False
+        meta = getattr(obj, "_metadata", None)
+        sig.append((t, keys, types, meta is not None))
+        for v in obj.values():
+            if not _flatten(v, sig, vals, tensors, depth + 1):
+                return False
+        return meta is None or (type(meta) in (dict, OrderedDict) and _flatten(dict(meta), sig, vals, tensors, depth + 1))
+    if isinstance(obj, (torch.nn.Module, torch.optim.Optimizer)) or (
+            type(obj).__module__.startswith("torch.") and callable(getattr(obj, "state_dict", None))
+            and callable(getattr(obj, "load_state_dict", None))):
+        sig.append(t)
+        return _flatten(obj.state_dict(), sig, vals, tensors, depth + 1)
+    return False
+
+
+def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
+    """A new tree shaped like the template ``node``, its plain values taken from ``vals`` in
+    walk order and its tensor nodes copied (and listed in ``nodes``, to be hashed)."""
+    if not isinstance(node, dict):
+        return next(vals)
+    kind = node["t"]
+    if kind == "tensor":
+        out = {k: v for k, v in node.items() if k not in ("h", "o", "n", "x")}
+        nodes.append(out)
+        return out
+    if kind in ("list", "tuple"):
+        return {"t": kind, "v": [_build(x, vals, nodes) for x in node["v"]]}
+    if kind in ("dict", "odict"):
+        out = {"t": kind, "k": node["k"], "v": [_build(x, vals, nodes) for x in node["v"]]}
+        if "meta" in node:
+            out["meta"] = _build(node["meta"], vals, nodes)
+        return out
+    if kind == "stateful":
+        return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
+    raise _NotTemplate(kind)
+
+
+class _NotTemplate(Exception):
+    pass
+
+
+class TreeCache:
+    """One block's snapshot structure, reused while its objects keep it (issue #13).
+
+    The first snapshot of a block encodes it in full (``_Encoder``) and keeps the tree as a
+    template, with the signature of what it walked (``_flatten``: types, dict keys, tensor
+    dtypes and shapes). A later snapshot only walks the objects for their plain values,
+    tensors and signature; when the signature is the same, the tensors are copied in one
+    call into a set of buffers kept for this block, and the tree is rebuilt from the
+    template with the new values on the background writer (``Pending.built``). Objects the
+    walk does not know (numpy arrays, plain objects, CUDA tensors, ...) keep the block on
+    the full encoding, which is always right.
+
+    Buffer sets are reused once their checkpoint is written; ``top_up`` (on the writer) keeps
+    one spare set, touched so its pages exist, while ``memory`` allows: a snapshot taken while
+    the writer is one checkpoint behind copies at memory speed instead of page-faulting.
+    """
+
+    def __init__(self, memory: int = 1 << 30) -> None:
+        self.memory = memory
+        self.sig: list | None = None
+        self.template: Any = None
+        self.off = False  # the objects hold something the fast walk does not know
+        self.nbytes = 0
+        self.sets = 0  # buffer sets made
+        self._free: list[list[torch.Tensor]] = []
+        self._lock = threading.Lock()
+
+    def learn(self, objs: Any, pending: Pending) -> None:
+        """Keep the tree ``pending`` encoded in full as the template, if the fast walk agrees with it."""
+        sig: list = []
+        vals: list = []
+        tensors: list = []
+        if self.off or not _flatten(objs, sig, vals, tensors) or len(tensors) != len(pending.tensors) \
+                or pending.raw:
+            self.off = True
+            return
+        try:
+            nodes: list[dict] = []
+            rebuilt = _build(pending.tree, iter(vals), nodes)
+        except (_NotTemplate, StopIteration, KeyError, TypeError):
+            self.off = True
+            return
+        if _json_or_none(rebuilt) != _json_or_none(pending.tree) or _json_or_none(rebuilt) is None:
+            self.off = True  # NaN, or a walk that differs from the encoder's: always encode in full
+            return
+        self.sig, self.template = sig, pending.tree
+        self.nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        dsts = [d for _, d in pending.tensors]  # this snapshot's copies become the block's first buffer set
+        if all(d.device.type == "cpu" and d.is_contiguous() for d in dsts):
+            self.sets = 1
+            pending.pool, pending.buffers = None, []
+            pending.on_release = lambda: self._give(dsts, sig)
+
+    def snapshot(self, objs: Any) -> Pending | None:
+        """The fast path (None: take the full one)."""
+        if self.off or self.sig is None:
+            return None
+        sig: list = []
+        vals: list = []
+        tensors: list = []
+        if not _flatten(objs, sig, vals, tensors) or sig != self.sig:
+            self.sig = None  # changed structure: the next full encoding makes the template again
+            with self._lock:
+                self._free.clear()
+            return None
+        dsts = self._take(tensors)
+        if tensors:  # a block may keep no tensor at all (a dict of counters)
+            with torch.no_grad():
+                torch._foreach_copy_(dsts, tensors)
+        template = self.template
+
+        def build() -> tuple[Any, list[dict]]:
+            nodes: list[dict] = []
+            return _build(template, iter(vals), nodes), nodes
+
+        return Pending(tree=None, tensors=[(None, d) for d in dsts], build=build,  # type: ignore[misc]
+                       on_release=lambda: self._give(dsts, sig))
+
+    def _take(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            self.sets += 1
+        return [torch.empty(t.shape, dtype=t.dtype) for t in like]
+
+    def _give(self, dsts: list[torch.Tensor], sig: list) -> None:
+        with self._lock:
+            if sig is self.sig or sig == self.sig:
+                self._free.append(dsts)
+
+    def top_up(self) -> None:
+        """Keep one spare buffer set, its pages touched (on the writer, not training); within ``memory``."""
+        with self._lock:
+            if self._free or self.sig is None or not self.nbytes or (self.sets + 1) * self.nbytes > self.memory:
+                return
+            self.sets += 1
+            sig = self.sig
+        spare = _template_tensors(self.template)
+        torch._foreach_zero_(spare)  # touch every page now, on the writer
+        self._give(spare, sig)
+
+
+def _template_tensors(node: Any) -> list[torch.Tensor]:
+    nodes: list[dict] = []
+    _walk_tensor_nodes(node, nodes)
+    return [torch.empty([int(d) for d in n["shape"]], dtype=_TORCH_DTYPES[n["dtype"]]) for n in nodes]
+
+
+def _walk_tensor_nodes(node: Any, out: list[dict]) -> None:
+    if isinstance(node, dict):
+        if node.get("t") == "tensor":
+            out.append(node)
+            return
+        for key in ("v", "meta"):
+            if key in node:
+                _walk_tensor_nodes(node[key], out)
+    elif isinstance(node, list):
+        for x in node:
+            _walk_tensor_nodes(x, out)
+
+
+def _json_or_none(node: Any) -> str | None:
+    try:
+        return json.dumps(node, sort_keys=True, allow_nan=False)
+    except ValueError:
+        return None
 
 
 _STREAMS: dict[Any, Any] = {}
@@ -384,10 +698,25 @@ def _side_stream(device: torch.device) -> Any:
 # -- RNG ---------------------------------------------------------------------------------
 
 
-def capture_rng() -> dict:
-    """The global generators' states: Python, NumPy, torch CPU and every initialized CUDA device."""
+#: about the bytes one capture_rng() holds on the CPU (Python 2.5 kB, NumPy 2.5 kB, torch 5 kB)
+RNG_BYTES = 10_000
+
+
+def capture_rng(like: Any = None) -> dict:
+    """The global generators' states: Python, NumPy, torch CPU and every initialized CUDA device.
+
+    Python's Mersenne Twister state (625 words) is kept as raw little-endian bytes, a leaf of
+    2.5 kB rather than 625 JSON numbers; ``like``, a recorded RNG tree of a flor that kept the
+    numbers, makes this capture keep them too, so the two compare.
+    """
+    version, words, gauss = random.getstate()
+    if not _python_words_listed(like):
+        packed = array.array("I", words)
+        if sys.byteorder == "big":
+            packed.byteswap()
+        words = packed.tobytes()  # type: ignore[assignment]
     state: dict[str, Any] = {
-        "python": random.getstate(),
+        "python": (version, words, gauss),
         "numpy": np.random.get_state(legacy=False),
         "torch": torch.get_rng_state(),
     }
@@ -402,7 +731,7 @@ def restore_rng(state: Any) -> None:
         raise StateError("the recorded random state lacks the python, numpy or torch generator; the checkpoint "
                          "is damaged")
     try:
-        random.setstate(_as_tuple(state["python"]))
+        random.setstate(_python_state(state["python"]))
         np.random.set_state(state["numpy"])
         torch.set_rng_state(state["torch"])
     except Exception as exc:  # noqa: BLE001 - a damaged state is named, whatever the generator raises
@@ -419,6 +748,29 @@ def restore_rng(state: Any) -> None:
             torch.cuda.set_rng_state_all(cuda)
         except Exception as exc:  # noqa: BLE001
             raise StateError(f"the recorded CUDA random state cannot be set ({exc}); the checkpoint is damaged") from exc
+
+
+def _python_words_listed(tree: Any) -> bool:
+    """Whether a recorded RNG tree keeps Python's state words as a list of numbers (older flor)."""
+    try:
+        node = tree["v"][tree["k"].index("python")]["v"][1]
+    except (TypeError, KeyError, ValueError, IndexError):
+        return False
+    return isinstance(node, dict) and node.get("t") in ("tuple", "list")
+
+
+def _python_state(value: Any) -> tuple:
+    """``random.setstate``'s argument from a captured state (words as raw bytes, or numbers)."""
+    if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[1], (bytes, bytearray)):
+        words = array.array("I")
+        if words.itemsize != 4 or len(value[1]) % 4:
+            raise StateError("the recorded Python random state is not a whole number of 32-bit words; the "
+                             "checkpoint is damaged")
+        words.frombytes(bytes(value[1]))
+        if sys.byteorder == "big":
+            words.byteswap()
+        return (value[0], tuple(words), value[2])
+    return _as_tuple(value)
 
 
 def _as_tuple(x: Any) -> Any:
@@ -467,9 +819,21 @@ def _sized(node: dict, itemsize: int, data: bytes, path: str) -> list[int]:
     return shape
 
 
+def _leaf_bytes(node: dict, load: Loader, path: str) -> bytes:
+    """A leaf's bytes: its blob, or its slice of a pack (``"o"``, ``"n"``; see ``hash_and_pack``)."""
+    data = load(node["h"])
+    if "o" not in node and "n" not in node:
+        return data
+    off, n = node.get("o"), node.get("n")
+    if type(off) is not int or type(n) is not int or off < 0 or n < 0 or off + n > len(data):
+        raise CheckpointError(f"{path or 'a leaf'}: offset {off!r:.20} and size {n!r:.20} do not lie inside its "
+                              f"{len(data)}-byte pack; the checkpoint is damaged")
+    return data[off:off + n]
+
+
 def _decode_tensor(node: dict, load: Loader, *, to_device: bool, path: str = "") -> torch.Tensor:
     dtype = _torch_dtype(node.get("dtype"), path)
-    data = load(node["h"])
+    data = _leaf_bytes(node, load, path)
     shape = _sized(node, torch.empty(0, dtype=dtype).element_size(), data, path)
     if len(data) == 0:
         t = torch.empty(shape, dtype=dtype)
@@ -494,7 +858,7 @@ def _decode_tensor(node: dict, load: Loader, *, to_device: bool, path: str = "")
 
 def _unpickle(node: dict, load: Loader, path: str, pickles: PickleTrust) -> Any:
     pickles.check(path, str(node.get("cls")))  # before its bytes are even fetched
-    data = load(node["h"])
+    data = _leaf_bytes(node, load, path)
     if hashlib.sha256(data).hexdigest() != node.get("sha256"):
         raise CheckpointError(f"{path or 'a leaf'}: the pickled {node.get('cls')}'s bytes do not match the SHA-256 "
                               "its manifest names; not loaded")
@@ -538,7 +902,7 @@ def _decode(node: Any, load: Loader, to_device: bool, path: str, pickles: Pickle
         return _decode_tensor(node, load, to_device=to_device, path=path)
     if kind == "ndarray":
         dtype = _np_dtype(node.get("dtype"), path)
-        data = load(node["h"])
+        data = _leaf_bytes(node, load, path)
         return np.frombuffer(bytearray(data), dtype=dtype).reshape(_sized(node, dtype.itemsize, data, path)).copy()
     if kind == "npscalar":
         dtype = _np_dtype(node.get("dtype"), path)
@@ -548,7 +912,7 @@ def _decode(node: Any, load: Loader, to_device: bool, path: str, pickles: Pickle
     if kind in LEAF_KINDS:
         return decode_leaf(node, live, path)
     if kind in ("bytes", "bytearray"):
-        return (bytes if kind == "bytes" else bytearray)(load(node["h"]))
+        return (bytes if kind == "bytes" else bytearray)(_leaf_bytes(node, load, path))
     if kind == "torchdtype":
         return _torch_dtype(node["v"], path)
     if kind == "torchdevice":
@@ -644,7 +1008,7 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             live.update(_decode(node, load, True, path, pickles))
             return live
         if kind == "bytearray" and type(live) is bytearray:
-            live[:] = load(node["h"])
+            live[:] = _leaf_bytes(node, load, path)
             return live
         if kind in ("dict", "odict"):
             keys = [_decode(k, load, False, f"{path}.<key>", pickles) for k in node["k"]]
@@ -723,8 +1087,9 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         if a.get("t") != b.get("t"):
             return [path or "<root>"]
-        if "h" in a or "h" in b:
-            same = a.get("h") == b.get("h") and a.get("shape") == b.get("shape") and a.get("dtype") == b.get("dtype")
+        if "h" in a or "h" in b:  # a packed leaf's own hash is "x" ("h" names its pack)
+            same = a.get("x", a.get("h")) == b.get("x", b.get("h")) \
+                and a.get("shape") == b.get("shape") and a.get("dtype") == b.get("dtype")
             return [] if same else [path or "<root>"]
         out: list[str] = []
         if a["t"] in _LEAF_NODES:  # no children: the same JSON is the same value (NaN included)

@@ -79,7 +79,9 @@ class RecordSession(Session):
         self.epoch_started = 0.0
         self.loop_started: float | None = None
         self.policy = CheckpointPolicy(overhead=settings.overhead, every=settings.every)
-        self.pool: Any = None
+        self.pool: Any = None  # snapshot buffers and where small leaves went (flor.state), on first use
+        self.packs: Any = None
+        self.trees: dict[str, Any] = {}  # block name -> flor.state.TreeCache
         self.background_cpu_s = 0.0
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
@@ -229,24 +231,25 @@ class RecordSession(Session):
         return as_result(objs)
 
     def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float) -> None:
-        from ..state import BufferPool, capture_rng, snapshot
+        from ..state import RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, snapshot
 
         if self.pool is None:
-            self.pool = BufferPool()
+            self.pool, self.packs = BufferPool(), PackIndex()
         if not self.writer.has_room(self.snapshot_bytes.get(name, 0)):  # behind: skip, never wait
             self._skipped(name, epoch, "writer behind")
             return
         t0 = time.perf_counter()
         try:
-            objects = snapshot(list(objs), pool=self.pool)
-            rng = snapshot(capture_rng())
-            rng_start = snapshot(self.rng_start)
+            cache = self.trees.get(name)
+            if cache is None:
+                cache = self.trees[name] = TreeCache(memory=self.writer.budget)
+            objects = snapshot(list(objs), pool=self.pool, cache=cache)
+            rng_state, rng_start_state = capture_rng(), self.rng_start  # fresh copies: encoded on the writer
         except Exception as exc:  # noqa: BLE001 - an object flor cannot capture must not stop training
             self._failed(name, epoch, exc)
             return
         snap_s = time.perf_counter() - t0
-        manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
-        nbytes = objects.nbytes + rng.nbytes
+        nbytes = objects.nbytes + RNG_BYTES
         self.snapshot_bytes[name] = nbytes
         on_gpu = objects.ready is not None  # the snapshot copied from a CUDA device
         if on_gpu:  # training on a GPU: the writer's CPU costs training nothing while cores are idle
@@ -257,9 +260,15 @@ class RecordSession(Session):
 
         def job() -> None:
             cpu0 = time.thread_time()
-            parts = (objects, rng, rng_start)
-            try:  # hashed once, written straight from the pooled buffers, behind ONE durability barrier
-                new_bytes = self.store.blobs.put_many([item for part in parts for item in part.hashed()])
+            parts = [objects]
+            try:  # hashed once; large leaves written straight from the pooled buffers, small ones in one
+                # pack; all behind ONE durability barrier
+                rng, rng_start = snapshot(rng_state, copy=False), snapshot(rng_start_state, copy=False)
+                parts += [rng, rng_start]
+                cache.top_up()  # a spare buffer set for the next snapshot, should this job still be running then
+                blobs, packed = hash_and_pack(parts, self.packs)
+                new_bytes = self.store.blobs.put_many(blobs)
+                self.packs.remember(packed)  # durable now: later checkpoints may point into these packs
             finally:
                 for part in parts:
                     part.release()
@@ -272,6 +281,7 @@ class RecordSession(Session):
             }
             # sha256 over all of it; an HMAC with the user's key where a leaf is pickled (flor.store.trust)
             seal(manifest, sign=signer(self.settings.config_dir) if has_pickles(manifest) else None)
+            manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
             if not self.writer.may_commit():
                 return  # abandoned at exit: without its manifest the checkpoint does not exist
             self.store.write_json(manifest_key, manifest)
@@ -342,11 +352,14 @@ class RecordSession(Session):
         self.meta.metrics = self.tracker.summary()
         self.meta.checkpoint_policy = self.policy.describe()
         self.meta.background = {"cpu_s": round(self.background_cpu_s, 6), "bytes_written": self.bytes_written}
-        if self.policy.skipped:
-            done = len(self.policy.checkpointed)
-            print(f"flor: checkpointed {done} of {done + len(self.policy.skipped)} epochs to keep checkpointing "
-                  f"within {self.policy.overhead:.1%} of training time (charged: {self.policy.charge}) "
-                  f"(--flor_overhead); replay re-executes the others from the nearest checkpoint", file=sys.stderr)
+        if self.policy.checkpointed or self.policy.skipped:  # which epochs, at what cost, charged how
+            training_s = time.perf_counter() - (self.loop_started or self.block_started)
+            failed = frozenset(f.get("epoch") for f in self.meta.checkpoint_failures)
+            line = f"flor: {self.policy.summary(training_s, failed)}"
+            if self.policy.skipped:
+                line += "; a replay re-executes the others from the nearest checkpoint"
+        else:
+            line = ""
         self.meta.status = {None: "finished", "interrupted": "interrupted",
                             "terminated": "terminated"}.get(self.exit_error, "crashed")
         if self.exit_error not in (None, "interrupted"):  # terminated: the signal's name
@@ -362,6 +375,8 @@ class RecordSession(Session):
             self.untee_output()
         finally:
             self.write_meta(durable=True)  # last, so it counts a failure to save the output log too
+        if line:  # after the tee: the run's stdout.log holds what the script printed, not this
+            print(line, file=sys.stderr)
         if self.spool is not None:  # after the tee: stdout.log is complete and goes up too
             wait = self.settings.spool_wait
             self.spool.finish(min(wait, self.settings.flush_timeout) if self.exit_error == "terminated" else wait)

@@ -354,7 +354,7 @@ class ReplaySession(Session):
 
         if "rng_start" not in manifest:
             return
-        now = snapshot(capture_rng(), copy=False).materialize()
+        now = snapshot(capture_rng(like=manifest["rng_start"]), copy=False).materialize()
         differs = sorted({p.split(".")[0].split("[")[0] for p in diff_nodes(manifest["rng_start"], now)})
         if differs:
             cache = self.store.blobs.get_many(blob_hashes(manifest["rng_start"]))
@@ -430,7 +430,7 @@ class ReplaySession(Session):
         from ..state import capture_rng, diff_nodes, snapshot
 
         now_objs = snapshot(list(objs), copy=False).materialize()
-        now_rng = snapshot(capture_rng(), copy=False).materialize()
+        now_rng = snapshot(capture_rng(like=manifest["rng"]), copy=False).materialize()
         diffs = [self._label(p, manifest) for p in diff_nodes(manifest["objects"], now_objs)]
         rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state" for p in diff_nodes(manifest["rng"], now_rng)})
         if not diffs and not rng_diffs:

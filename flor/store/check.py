@@ -69,7 +69,10 @@ class StoreReport:
 
 
 def _expected_size(node: dict) -> int | None:
-    """The byte size of a tensor or array leaf from its dtype and shape; None when unknown."""
+    """The byte size of a tensor or array leaf from its dtype and shape; None when unknown
+    (or when the leaf lies in a pack, a blob of several leaves)."""
+    if "o" in node or "n" in node:
+        return None
     shape = node.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         return None

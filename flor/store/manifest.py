@@ -54,6 +54,7 @@ _DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|hpu|npu)(:[0-9]{1,4})?$")
 _NP_DTYPE = re.compile(r"^[<>|=]?[a-zA-Z][0-9]{0,4}(\[[a-z]{1,3}\])?$")
 _CLS = re.compile(r"^[A-Za-z_][A-Za-z0-9_.<>]{0,255}$")
 _MAX_DEPTH = 100
+_MAX_PACKED = 1 << 30  # bytes of one leaf inside a pack (packed leaves are small: flor.state.PACK_LEAF_BYTES)
 _MAX_ELEMENTS = 1 << 48  # elements of one tensor: far beyond any real one, small enough to compute on
 _UNSIGNED = ("sha256", "hmac")  # the fields the checksum and the signature do not cover
 
@@ -117,6 +118,11 @@ def _str(value: Any, path: str, what: str, pattern: re.Pattern | None = None) ->
 def _hash(node: dict, path: str) -> None:
     if not is_blob_hash(node.get("h")):
         _fail(path, f"the blob hash {node.get('h')!r:.60} is not a blob hash")
+    if "o" in node or "n" in node or "x" in node:  # a small leaf inside a pack (flor.state.hash_and_pack)
+        _int(node.get("o"), path, "the offset in its pack")
+        _int(node.get("n"), path, "the size in its pack", high=_MAX_PACKED)
+        if not is_blob_hash(node.get("x")):
+            _fail(path, f"the leaf hash {node.get('x')!r:.60} is not a blob hash")
 
 
 def _np_dtype(text: Any, path: str) -> None:
