@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["cores", "distributed", "group_size", "new_replay_id", "parse_segment", "pid_alive", "record_rank",
+__all__ = ["IdleMeter", "cores", "distributed", "group_size", "new_replay_id", "parse_segment", "pid_alive", "record_rank",
            "shared_replay_id", "worker_place"]
 
 
@@ -131,3 +131,54 @@ def cores() -> int:
         return max(len(os.sched_getaffinity(0)), 1)
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def _busy_seconds(path: str = "/proc/stat") -> float | None:
+    """CPU-seconds the cores this process may use have spent busy since boot (``/proc/stat``'s
+    per-core lines; time stolen by a hypervisor counts as busy); None where unknown."""
+    try:
+        mine = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        mine = None
+    try:
+        busy = 0
+        with open(path) as fh:
+            for line in fh:
+                if not line.startswith("cpu") or line.startswith("cpu "):
+                    continue
+                name, *fields = line.split()
+                if mine is not None and int(name[3:]) not in mine:
+                    continue
+                ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+                busy += sum(ticks) - ticks[3] - ticks[4]
+        return busy / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class IdleMeter:
+    """How many of this process's cores sat idle between two readings, leaving out CPU time
+    the caller spent itself (the checkpoint writer), from ``/proc/stat``.
+
+    Counts the whole machine's work on those cores, so other processes on a busy node count
+    as busy. None where ``/proc/stat`` is not there (then callers assume the cores are shared).
+
+    >>> meter = IdleMeter(path="/nonexistent")
+    >>> meter.idle() is None
+    True
+    """
+
+    def __init__(self, path: str = "/proc/stat") -> None:
+        self.path = path
+        self.last = (_busy_seconds(path), time.perf_counter())
+
+    def idle(self, exclude_s: float = 0.0) -> float | None:
+        """Idle cores (0..cores) on average since the last reading, as if ``exclude_s`` CPU-seconds
+        of the caller's own work had not run; starts the next reading."""
+        busy0, wall0 = self.last
+        busy, wall = _busy_seconds(self.path), time.perf_counter()
+        self.last = (busy, wall)
+        if busy is None or busy0 is None or wall - wall0 < 0.01:
+            return None
+        used = max(busy - busy0 - exclude_s, 0.0) / (wall - wall0)
+        return min(max(cores() - used, 0.0), float(cores()))

@@ -7,21 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["CHARGE_SHARED", "CHARGE_STALL", "CheckpointPolicy"]
+__all__ = ["CHARGE_IDLE", "CHARGE_SHARED", "CheckpointPolicy"]
 
 #: what the budget is charged with, as run.json's ``checkpoint_policy.charged`` and the exit line say
-CHARGE_SHARED = "stall + background CPU (cores shared)"
-CHARGE_STALL = "stall only (GPU training, idle cores)"
+CHARGE_SHARED = "stall + writer's GIL time + its I/O CPU share (cores shared)"
+CHARGE_IDLE = "stall + writer's GIL time (GPU training, an idle core)"
 
 
 @dataclass
 class CheckpointPolicy:
     """Keep what checkpointing costs in wall time within ``overhead`` of training time.
 
-    What counts (``charge``): the training thread's stall always; where the background writer
-    shares the cores with training (training on the CPU, ``CHARGE_SHARED``) also the writer's
-    CPU time divided by the cores, since those CPU-seconds come out of training's; with
-    training on a GPU and idle cores (``CHARGE_STALL``) only the stall. The cost of each block's
+    What counts (``charge``): the training thread's stall, and the background writer's time
+    holding the GIL (hashing, the manifest: the training thread may wait for it), always; where
+    the writer's I/O shares the cores with training (training on the CPU, or a GPU run whose
+    cores were all busy since the last checkpoint, ``CHARGE_SHARED``) also that I/O's CPU time
+    divided by the cores, since those CPU-seconds come out of training's; with training on a
+    GPU and a core that sat idle (``CHARGE_IDLE``) the I/O runs there for free. The cost of each block's
     last checkpoint is the estimate for its next one, and is measured again every time (model
     size, disk speed and contention change during a run). An epoch is checkpointed when the
     cost so far plus that estimate stays within budget; so an expensive checkpoint thins out
@@ -45,8 +47,10 @@ class CheckpointPolicy:
     charge: str = CHARGE_SHARED
     stall_s: float = 0.0
     background_s: float = 0.0
+    held_s: float = 0.0
     estimate: dict[str, float] = field(default_factory=dict)
     background: dict[str, float] = field(default_factory=dict)
+    held: dict[str, float] = field(default_factory=dict)
     checkpointed: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
 
@@ -58,8 +62,8 @@ class CheckpointPolicy:
             ok = epoch % self.every == 0
         else:
             expected = self.estimate.get(block)
-            if expected is not None and self.shared:
-                expected += self.background.get(block, 0.0)
+            if expected is not None:
+                expected += (self.background if self.shared else self.held).get(block, 0.0)
             spent = self.charged_s
             ok = expected is None or spent + expected <= self.overhead * max(elapsed - spent, 0.0)
         if not ok and (not self.skipped or self.skipped[-1] != epoch):
@@ -73,13 +77,16 @@ class CheckpointPolicy:
         if epoch is not None and (not self.checkpointed or self.checkpointed[-1] != epoch):
             self.checkpointed.append(epoch)
 
-    def observe_background(self, block: str, seconds: float) -> None:
-        """Account the share of the machine one checkpoint's background work took: the writer
-        thread's CPU-seconds divided by the cores (called from the writer). Charged to the
-        budget while ``charge`` is ``CHARGE_SHARED``; reported either way (run.json
-        ``checkpoint_policy.background_share_s``)."""
+    def observe_background(self, block: str, seconds: float, held: float = 0.0) -> None:
+        """Account one checkpoint's background work (called from the writer): ``seconds``, what
+        it takes from training where cores are shared (its GIL time plus its I/O CPU divided by
+        the cores), charged while ``charge`` is ``CHARGE_SHARED``; ``held``, its CPU-seconds
+        outside the writes (holding the GIL), charged while ``CHARGE_IDLE``. Both reported
+        (run.json ``checkpoint_policy.background_share_s``, ``gil_s``)."""
         self.background_s += seconds
         self.background[block] = seconds
+        self.held_s += held
+        self.held[block] = held
 
     @property
     def shared(self) -> bool:
@@ -89,7 +96,7 @@ class CheckpointPolicy:
     @property
     def charged_s(self) -> float:
         """The cost charged to the budget so far, in seconds."""
-        return self.stall_s + (self.background_s if self.shared else 0.0)
+        return self.stall_s + (self.background_s if self.shared else self.held_s)
 
     def summary(self, training_s: float, failed: frozenset = frozenset()) -> str:
         """The exit line: how many epochs were checkpointed, what that cost, and which rule
@@ -98,11 +105,12 @@ class CheckpointPolicy:
 
         >>> p = CheckpointPolicy(overhead=0.01)
         >>> p.observe("train", 0, stall=0.01); p.observe_background("train", 0.02)
-        >>> p.summary(10.0)
-        'checkpointed 1 of 1 epochs for 0.30% of training time (--flor_overhead 1.0%, charged: stall + background CPU (cores shared))'
-        >>> p.charge = CHARGE_STALL; p.every = 2
-        >>> p.summary(10.0)
-        'checkpointed 1 of 1 epochs for 0.10% of training time (--flor_every 2, charged: stall only (GPU training, idle cores))'
+        >>> line = p.summary(10.0)
+        >>> line.split(" (")[0], "(--flor_overhead 1.0%, charged: stall + writer's GIL time + its I/O" in line
+        ('checkpointed 1 of 1 epochs for 0.30% of training time', True)
+        >>> p.charge = CHARGE_IDLE; p.every = 2
+        >>> p.summary(10.0, failed=frozenset({0})).split(" (")[:2]
+        ['checkpointed 0 of 1 epochs for 0.10% of training time', "--flor_every 2, charged: stall + writer's GIL time"]
         """
         done = len([e for e in self.checkpointed if e not in failed])
         rule = f"--flor_every {self.every}" if self.every is not None else f"--flor_overhead {self.overhead:.1%}"
@@ -116,6 +124,6 @@ class CheckpointPolicy:
             "mode": "every" if self.every is not None else "adaptive", "every": self.every,
             "overhead_budget": self.overhead, "charged": self.charge, "charged_s": round(self.charged_s, 6),
             "stall_s": round(self.stall_s, 6),
-            "background_share_s": round(self.background_s, 6),
+            "background_share_s": round(self.background_s, 6), "gil_s": round(self.held_s, 6),
             "checkpointed_epochs": self.checkpointed, "skipped_epochs": self.skipped,
         }

@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,8 @@ from conftest import values
 from test_state import make_training, train_steps
 
 from flor.errors import CheckpointError
+from flor.placement import IdleMeter, cores
+from flor.policy import CHARGE_IDLE, CHARGE_SHARED
 from flor.state import (
     PackIndex, TreeCache, capture_rng, decode, diff_nodes, hash_and_pack, restore, restore_rng, snapshot,
 )
@@ -216,9 +220,12 @@ def _leaves(node):
 def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner):
     script = runner.script()
     proc = runner.run(script, "--epochs", "4", "--flor", "packs")
-    # the exit line says what was checkpointed and which rule charged the budget (CPU training: shared)
-    assert "flor: checkpointed 4 of 4 epochs" in proc.stderr and "charged: stall + background CPU" in proc.stderr
     home = runner.home / "packs"
+    # the exit line says what was checkpointed and which rule charged the budget, as run.json does
+    policy = json.loads(next((home / "runs").glob("*/run.json")).read_text())["checkpoint_policy"]
+    assert policy["charged"] in (CHARGE_IDLE, CHARGE_SHARED)
+    assert "flor: checkpointed 4 of 4 epochs" in proc.stderr and f"charged: {policy['charged']})" in proc.stderr
+    assert 0 < policy["gil_s"] and policy["stall_s"] <= policy["charged_s"]
     objects = [p for p in (home / "objects").rglob("*") if p.is_file()]
     manifests = sorted((home / "runs").glob("*/checkpoints/*/*.json"))
     assert len(manifests) == 4
@@ -238,3 +245,26 @@ def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner)
     want = values(runner.logs("full"), "record")
     assert {k for k in got if k[0] == "wnorm"} == {("wnorm", e, None) for e in range(4)}
     assert got == want
+
+
+def test_idle_cores_are_read_from_proc_stat_and_leave_out_the_writer(tmp_path):
+    stat = tmp_path / "stat"
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def write(busy_ticks):
+        lines = ["cpu  0 0 0 0 0 0 0 0 0 0"]
+        lines += [f"cpu{c} {busy_ticks} 0 0 1000 7 0 0 0 0 0" for c in cpus]  # user .. idle iowait ..
+        lines += ["cpu999 100000 0 0 0 0 0 0 0 0 0", "intr 1 2"]  # a core this process may not use
+        stat.write_text("\n".join(lines) + "\n")
+
+    write(0)
+    meter = IdleMeter(path=str(stat))
+    time.sleep(0.2)
+    assert meter.idle() == cores()  # nothing ran
+    write(10**6)  # every core busy for far longer than the time between readings
+    time.sleep(0.2)
+    assert meter.idle() == 0.0
+    hz = os.sysconf("SC_CLK_TCK")
+    write(10**6 + hz)  # one CPU-second on each core ...
+    time.sleep(0.2)
+    assert meter.idle(exclude_s=len(cpus)) == cores()  # ... all of it the writer's own

@@ -1,23 +1,24 @@
 """The checkpoint policy (flor.policy): pure bookkeeping, no training, no timing."""
 
-from flor.policy import CHARGE_SHARED, CHARGE_STALL, CheckpointPolicy
+from flor.policy import CHARGE_IDLE, CHARGE_SHARED, CheckpointPolicy
 
 
-def schedule(charge: str, *, epoch_s: float, stall: float, background: float, epochs: int = 20) -> list[int]:
+def schedule(charge: str, *, epoch_s: float, stall: float, background: float, held: float = 0.0,
+             epochs: int = 20) -> list[int]:
     p = CheckpointPolicy(overhead=0.01, charge=charge)
     elapsed = 0.0
     for epoch in range(epochs):
         elapsed += epoch_s
         if p.due("train", epoch, elapsed=elapsed):
             p.observe("train", epoch, stall=stall)
-            p.observe_background("train", background)
-            elapsed += stall + (background if charge == CHARGE_SHARED else 0.0)
+            p.observe_background("train", background, held=held)
+            elapsed += stall + (background if charge == CHARGE_SHARED else held)
     return p.checkpointed
 
 
 def test_shared_cores_charge_the_background_share():
     # stall 0.5% of an epoch, background share 2%: only the stall fits a 1% budget
-    stall_only = schedule(CHARGE_STALL, epoch_s=1.0, stall=0.005, background=0.02)
+    stall_only = schedule(CHARGE_IDLE, epoch_s=1.0, stall=0.005, background=0.02)
     shared = schedule(CHARGE_SHARED, epoch_s=1.0, stall=0.005, background=0.02)
     assert stall_only == list(range(20))
     assert 0 in shared and 2 <= len(shared) <= 20 * 0.01 / 0.025 + 2
@@ -38,14 +39,17 @@ def test_charged_cost_stays_within_the_budget():
     assert p.charged_s >= 0.01 * training - 0.04  # and the budget is used, not wasted
 
 
-def test_gpu_with_idle_cores_charges_only_the_stall():
-    p = CheckpointPolicy(overhead=0.01, charge=CHARGE_STALL)
+def test_an_idle_core_charges_the_stall_and_the_writers_gil_time():
+    p = CheckpointPolicy(overhead=0.01, charge=CHARGE_IDLE)
     p.observe("train", 0, stall=0.001)
-    p.observe_background("train", 5.0)  # large, but on idle cores: not wall time
-    assert p.charged_s == 0.001
-    assert p.due("train", 1, elapsed=2.0)
+    p.observe_background("train", 5.0, held=0.002)  # its I/O is large, but on an idle core: not wall time
+    assert p.charged_s == 0.003
+    assert not p.due("train", 1, elapsed=0.5) and p.due("train", 2, elapsed=0.7)  # 0.003 + 0.003 <= 1% of ~0.7 s
     d = p.describe()
-    assert d["charged"] == CHARGE_STALL and d["background_share_s"] == 5.0 and d["charged_s"] == 0.001
+    assert d["charged"] == CHARGE_IDLE and d["background_share_s"] == 5.0 and d["gil_s"] == 0.002
+    assert d["charged_s"] == 0.003
+    # the GIL time thins a schedule the stall alone would not
+    assert schedule(CHARGE_IDLE, epoch_s=1.0, stall=0.005, background=0.5, held=0.01) != list(range(20))
 
 
 def test_describe_says_what_was_charged():
@@ -53,7 +57,7 @@ def test_describe_says_what_was_charged():
     p.observe("train", 0, stall=0.25)
     p.observe_background("train", 0.5)
     d = p.describe()
-    assert d["charged"] == CHARGE_SHARED == "stall + background CPU (cores shared)"
+    assert d["charged"] == CHARGE_SHARED and "cores shared" in d["charged"]
     assert d["charged_s"] == 0.75 and d["checkpointed_epochs"] == [0]
 
 

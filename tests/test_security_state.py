@@ -192,10 +192,8 @@ def test_a_flipped_inline_value_is_detected(runner: Runner) -> None:
     path = manifests(runner.home, "toy")[1]  # epoch 1
     m = json.loads(path.read_text())
     step = next(i for i, v in enumerate(m["objects"]["v"]) if type(v) is int)
-    text = path.read_text()
-    needle = f',{m["objects"]["v"][step]}]}},"rng":'  # the step counter: the last object given to end()
-    assert text.count(needle) == 1, text[:300]
-    path.write_text(text.replace(needle, f',{m["objects"]["v"][step] + 1}]}},"rng":'))  # checksum untouched
+    m["objects"]["v"][step] += 1  # the step counter: the last object given to end(); checksum untouched
+    path.write_text(json.dumps(m))
 
     proc = runner.run(probe, "--flor", "toy", "--epochs", "3", "--replay_flor", env=runner.env(FLOR_REPLAY_ID="flip"))
     assert f"checkpoint manifest {path} was changed after it was written" in proc.stderr, proc.stderr

@@ -14,8 +14,8 @@ from .ddp import RankLink
 from ..logs import LogWriter
 from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
-from ..placement import cores
-from ..policy import CHARGE_SHARED, CHARGE_STALL, CheckpointPolicy
+from ..placement import IdleMeter, cores
+from ..policy import CHARGE_IDLE, CHARGE_SHARED, CheckpointPolicy
 from ..runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import warn_forgotten
@@ -25,8 +25,11 @@ from ..store import BackgroundWriter
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
 from ..store.experiment import dumps
-from ..store.manifest import FORMAT, has_pickles, seal
+from ..store.hashing import hash_bytes
+from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes
 from ..store.trust import signer
+
+IDLE_CORE = 0.8  # idle cores (on average since the last checkpoint) that count as one the writer may use
 
 __all__ = ["RecordSession"]
 
@@ -83,6 +86,8 @@ class RecordSession(Session):
         self.packs: Any = None
         self.trees: dict[str, Any] = {}  # block name -> flor.state.TreeCache
         self.background_cpu_s = 0.0
+        self.background_seen = 0.0  # background_cpu_s at the last idle-core reading
+        self.idle_meter = IdleMeter()  # restarted when the loop starts
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
         self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
@@ -130,6 +135,7 @@ class RecordSession(Session):
         except TypeError:
             pass  # a generator: the count is known at the end
         self.loop_started = time.perf_counter()
+        self.idle_meter = IdleMeter()
         outer = self._outer_state()
         try:
             for epoch, item in enumerate(iterable):
@@ -251,12 +257,15 @@ class RecordSession(Session):
         snap_s = time.perf_counter() - t0
         nbytes = objects.nbytes + RNG_BYTES
         self.snapshot_bytes[name] = nbytes
-        on_gpu = objects.ready is not None  # the snapshot copied from a CUDA device
-        if on_gpu:  # training on a GPU: the writer's CPU costs training nothing while cores are idle
-            busy = busy_cores()
-            self.policy.charge = CHARGE_SHARED if busy is not None and busy >= cores() - 1 else CHARGE_STALL
-        else:  # training on the CPU: every CPU-second of the writer is one training does not get
-            self.policy.charge = CHARGE_SHARED
+        # training on the CPU: the writer's I/O takes cores from it. On a GPU, with a core that sat idle
+        # since the last checkpoint (DataLoader workers did not fill them), the I/O runs there for free.
+        # Either way the writer's Python work holds the GIL the training thread needs (policy.charge)
+        self.policy.charge = CHARGE_SHARED
+        if objects.ready is not None:  # the snapshot copied from a CUDA device
+            idle = self.idle_meter.idle(exclude_s=self.background_cpu_s - self.background_seen)
+            self.background_seen = self.background_cpu_s
+            if idle is not None and idle >= IDLE_CORE:
+                self.policy.charge = CHARGE_IDLE
 
         def job() -> None:
             cpu0 = time.thread_time()
@@ -267,30 +276,37 @@ class RecordSession(Session):
                 parts += [rng, rng_start]
                 cache.top_up()  # a spare buffer set for the next snapshot, should this job still be running then
                 blobs, packed = hash_and_pack(parts, self.packs)
+                io0 = time.thread_time()
                 new_bytes = self.store.blobs.put_many(blobs)
+                io_s = time.thread_time() - io0  # in system calls, the GIL released
                 self.packs.remember(packed)  # durable now: later checkpoints may point into these packs
             finally:
                 for part in parts:
                     part.release()
-            tree, rng_tree, rng_start_tree = objects.tree, rng.tree, rng_start.tree
-            body = {"objects": tree, "rng": rng_tree}
+            trees = {"objects": objects.tree, "rng": rng.tree, "rng_start": rng_start.tree}
+            done = {k: canonical_json(v) for k, v in trees.items()}  # each tree serialized once
             manifest = {
-                "format": FORMAT, "block": name, "epoch": epoch, "occurrence": occ, "count": len(objs),
-                **body, "rng_start": rng_start_tree, "digest": _digest(body), "bytes": nbytes, "new_bytes": new_bytes,
-                "block_s": round(elapsed, 6), "snapshot_s": round(snap_s, 6), "created": time.time(),
+                "format": FORMAT, "block": name, "epoch": epoch, "occurrence": occ, "count": len(objs), **trees,
+                "digest": hash_bytes(f'{{"objects":{done["objects"]},"rng":{done["rng"]}}}'.encode()),
+                "bytes": nbytes, "new_bytes": new_bytes, "block_s": round(elapsed, 6), "snapshot_s": round(snap_s, 6),
+                "created": time.time(),
             }
             # sha256 over all of it; an HMAC with the user's key where a leaf is pickled (flor.store.trust)
-            seal(manifest, sign=signer(self.settings.config_dir) if has_pickles(manifest) else None)
+            pickled = any('"pickle"' in text for text in done.values()) and has_pickles(manifest)
+            data = sealed_bytes(manifest, sign=signer(self.settings.config_dir) if pickled else None, done=done)
             manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
             if not self.writer.may_commit():
                 return  # abandoned at exit: without its manifest the checkpoint does not exist
-            self.store.write_json(manifest_key, manifest)
+            io0 = time.thread_time()
+            self.store.backend.write(manifest_key, data, durable=True)
+            io_s += time.thread_time() - io0
             if self.spool is not None:  # queued only now: a manifest goes up after its blobs
                 self.spool.checkpoint(manifest_key)
             cpu = time.thread_time() - cpu0
             self.background_cpu_s += cpu
             self.bytes_written += new_bytes
-            self.policy.observe_background(name, cpu / cores())  # charged where cores are shared (policy.charge)
+            held = max(cpu - io_s, 0.0)  # outside the system calls: holding the GIL
+            self.policy.observe_background(name, held + io_s / cores(), held=held)  # charged per policy.charge
 
         if not self.writer.try_submit(job, nbytes, lambda exc: self._failed(name, epoch, exc), label=(name, epoch)):
             self._skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
@@ -381,8 +397,3 @@ class RecordSession(Session):
             wait = self.settings.spool_wait
             self.spool.finish(min(wait, self.settings.flush_timeout) if self.exit_error == "terminated" else wait)
 
-
-def _digest(body: dict) -> str:
-    from ..store.hashing import hash_bytes
-
-    return hash_bytes(dumps(body))

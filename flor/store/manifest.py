@@ -29,7 +29,7 @@ from .ids import is_blob_hash, is_block_name
 
 __all__ = [
     "FORMAT", "NP_KINDS", "PATH_CLASSES", "TORCH_DTYPES", "canonical_bytes", "check_manifest", "check_node",
-    "has_pickles", "seal",
+    "canonical_json", "has_pickles", "seal", "sealed_bytes",
 ]
 
 #: manifests with a whole-manifest ``sha256``; format 1 (before it) is refused as unverifiable
@@ -84,6 +84,40 @@ def seal(manifest: dict, *, sign: Any = None) -> dict:
         if mac is not None:
             manifest["hmac"] = mac
     return manifest
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted, compact JSON of ``value``: the form ``canonical_bytes`` is made of."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True, ensure_ascii=True)
+
+
+def sealed_bytes(manifest: dict, *, sign: Any = None, done: dict[str, str] | None = None) -> bytes:
+    """``seal(manifest, sign=sign)`` and the bytes of its file, from one serialization.
+
+    ``done`` holds fields already serialized by ``canonical_json`` (a recording serializes the
+    state trees once, for the state digest, and reuses them here). The file is the canonical
+    JSON with ``sha256`` (and ``hmac``) put first: a reader's ``canonical_bytes`` of the
+    parsed file gives back exactly the bytes that were hashed.
+
+    >>> m = {"block": "b", "epoch": 1, "objects": {"t": "list", "v": [1.5]}}
+    >>> data = sealed_bytes(dict(m), done={"objects": canonical_json(m["objects"])})
+    >>> json.loads(data) == seal(dict(m))
+    True
+    """
+    manifest["format"] = FORMAT
+    done = done or {}
+    fields = sorted((k, v) for k, v in manifest.items() if k not in _UNSIGNED)  # keys are unique: v is never compared
+    text = "{" + ",".join(f"{canonical_json(k)}:{done[k] if k in done else canonical_json(v)}"
+                          for k, v in fields) + "}"
+    data = text.encode()
+    manifest["sha256"] = hashlib.sha256(data).hexdigest()
+    head = {"sha256": manifest["sha256"]}
+    if sign is not None:
+        mac = sign(data)
+        if mac is not None:
+            manifest["hmac"] = head["hmac"] = mac
+    first = ",".join(f"{canonical_json(k)}:{canonical_json(v)}" for k, v in head.items())
+    return ("{" + first + "," + text[1:]).encode()
 
 
 def has_pickles(node: Any) -> bool:
