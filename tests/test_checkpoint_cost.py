@@ -34,7 +34,7 @@ from flor.policy import CHARGE_IDLE, CHARGE_SHARED
 from flor.state import (
     PackIndex, TreeCache, capture_rng, decode, diff_nodes, hash_and_pack, restore, restore_rng, snapshot,
 )
-from flor.store.manifest import check_node
+from flor.store.manifest import check_node, seal
 
 
 def materialized(pending) -> tuple[dict, dict]:
@@ -245,6 +245,13 @@ def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner)
     want = values(runner.logs("full"), "record")
     assert {k for k in got if k[0] == "wnorm"} == {("wnorm", e, None) for e in range(4)}
     assert got == want
+    # a manifest resealed with a packed leaf's offset moved: verify finds the slice is not that leaf
+    body = json.loads(manifests[-1].read_text())
+    leaf = next(n for n in _leaves(body["objects"]) if "o" in n and n["o"] > 0)
+    leaf["o"] -= 4
+    manifests[-1].write_text(json.dumps(seal(body)))
+    report = runner.flor("verify", "packs", check=False)
+    assert report.returncode != 0 and "a pack whose bytes" in report.stdout + report.stderr
 
 
 def test_idle_cores_are_read_from_proc_stat_and_leave_out_the_writer(tmp_path):

@@ -69,10 +69,7 @@ class StoreReport:
 
 
 def _expected_size(node: dict) -> int | None:
-    """The byte size of a tensor or array leaf from its dtype and shape; None when unknown
-    (or when the leaf lies in a pack, a blob of several leaves)."""
-    if "o" in node or "n" in node:
-        return None
+    """The byte size of a tensor or array leaf from its dtype and shape; None when unknown."""
     shape = node.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         return None
@@ -127,8 +124,18 @@ def _links_out(store: ExperimentStore, report: StoreReport) -> None:
                                      "flor refuses to read or write through it: remove it")
 
 
+class _Refs(dict):
+    """``blob hash -> expected size`` (None: unknown) of the blobs the manifests name, and, for
+    packs, the leaves said to lie inside: ``packed[hash] = {(offset, size, leaf hash,
+    size from dtype and shape, manifest)}``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.packed: dict[str, set] = {}
+
+
 def _check_runs(store: ExperimentStore, selected: list[str] | None, report: StoreReport,
-                refs: dict[str, int | None]) -> None:
+                refs: _Refs) -> None:
     base = store.root / "runs"
     entries = sorted(base.iterdir()) if base.is_dir() else []
     for entry in entries:
@@ -160,7 +167,7 @@ def _check_runs(store: ExperimentStore, selected: list[str] | None, report: Stor
 
 
 def _check_manifests(store: ExperimentStore, run: str, meta: Any, report: StoreReport,
-                     refs: dict[str, int | None]) -> None:
+                     refs: _Refs) -> None:
     base = store.run_path(run, "checkpoints")
     if not base.is_dir():
         return
@@ -193,7 +200,10 @@ def _check_manifests(store: ExperimentStore, run: str, meta: Any, report: StoreR
                     report.problem(f, f"names an invalid blob hash {digest!r:.80}; the checkpoint is unusable")
                     continue
                 size = _expected_size(leaf)
-                if refs.get(digest) is None:
+                if "o" in leaf:  # a small leaf inside a pack: its bytes are a slice of the blob
+                    refs.setdefault(digest, None)
+                    refs.packed.setdefault(digest, set()).add((leaf["o"], leaf["n"], leaf["x"], size, f.name))
+                elif refs.get(digest) is None:
                     refs[digest] = size
                 if not store.backend.path(blob_key(digest)).exists():
                     if spooled:
@@ -202,7 +212,7 @@ def _check_manifests(store: ExperimentStore, run: str, meta: Any, report: StoreR
                         report.problem(f, f"names blob {digest}, which is missing; the checkpoint is unusable")
 
 
-def _check_blobs(store: ExperimentStore, report: StoreReport, refs: dict[str, int | None], *,
+def _check_blobs(store: ExperimentStore, report: StoreReport, refs: _Refs, *,
                  all_runs: bool) -> None:
     """Hash every local blob (all of them, or with ``--run`` those its manifests name)."""
     base = store.root / "objects"
@@ -237,8 +247,13 @@ def _check_blobs(store: ExperimentStore, report: StoreReport, refs: dict[str, in
             actual = hash_bytes(data)
             if actual != digest:
                 report.problem(f.path, f"corrupt: its bytes hash to {actual}; checkpoints naming it are unusable")
-            elif refs.get(digest) is not None and refs[digest] != len(data):
+                continue
+            if refs.get(digest) is not None and refs[digest] != len(data):
                 report.problem(f.path, f"{len(data)} bytes, but its manifest's dtype and shape make {refs[digest]}")
+            for off, n, leaf_hash, size, manifest in sorted(refs.packed.get(digest, ())):
+                if off + n > len(data) or hash_bytes(data[off:off + n]) != leaf_hash or size not in (None, n):
+                    report.problem(f.path, f"a pack whose bytes {off}-{off + n} are not the leaf {manifest} "
+                                           "names there; that checkpoint is unusable")
 
 
 def _tmp_files(store: ExperimentStore, report: StoreReport) -> None:
@@ -264,7 +279,7 @@ def check_experiment(store: ExperimentStore, runs: list[str] | None = None) -> S
     report = StoreReport(store.root)
     if not store.root.is_dir():
         return report
-    refs: dict[str, int | None] = {}
+    refs = _Refs()
     _links_out(store, report)
     _check_runs(store, runs, report, refs)
     _check_blobs(store, report, refs, all_runs=runs is None)
