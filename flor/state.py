@@ -59,6 +59,7 @@ from .errors import CheckpointError, FlorError, StateError, warn
 from .leaves import LEAF_KINDS, decode_leaf, encode_leaf, find_class, sort_key
 from .logs import same_value
 from .store.hashing import hash_bytes
+from .store.local import DIRECT_MIN, PAGE
 from .store.manifest import NP_BITGENS, NP_KINDS, TORCH_DTYPES
 
 __all__ = [
@@ -120,6 +121,25 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
+def _aligned_empty(nbytes: int) -> torch.Tensor:
+    """An uninitialized ``uint8`` buffer; page-aligned when it is large enough for the store to
+    write it around the page cache (``flor.store.local.DIRECT_MIN``)."""
+    if nbytes < DIRECT_MIN:
+        return torch.empty(nbytes, dtype=torch.uint8)
+    raw = torch.empty(nbytes + PAGE, dtype=torch.uint8)
+    start = -raw.data_ptr() % PAGE
+    return raw[start:start + nbytes]
+
+
+def _empty_like(shape: Any, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialized contiguous CPU tensor, in an ``_aligned_empty`` buffer."""
+    shape = [int(d) for d in shape]
+    nbytes = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    return _aligned_empty(nbytes).view(dtype).view(shape)
+
+
 def _is_plain_tensor(t: torch.Tensor) -> bool:
     return t.layout == torch.strided and not t.is_quantized and not t.is_nested
 
@@ -141,7 +161,7 @@ class BufferPool:
             free = self._free.get((nbytes, pinned))
             if free:
                 return free.pop()
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) if pinned else _aligned_empty(nbytes)
 
     def give(self, buffers: list[torch.Tensor]) -> None:
         with self._lock:
@@ -641,7 +661,7 @@ class TreeCache:
             if self._free:
                 return self._free.pop()
             self.sets += 1
-        return [torch.empty(t.shape, dtype=t.dtype) for t in like]
+        return [_empty_like(t.shape, t.dtype) for t in like]
 
     def _give(self, dsts: list[torch.Tensor], sig: list) -> None:
         with self._lock:
@@ -663,7 +683,7 @@ class TreeCache:
 def _template_tensors(node: Any) -> list[torch.Tensor]:
     nodes: list[dict] = []
     _walk_tensor_nodes(node, nodes)
-    return [torch.empty([int(d) for d in n["shape"]], dtype=_TORCH_DTYPES[n["dtype"]]) for n in nodes]
+    return [_empty_like(n["shape"], _TORCH_DTYPES[n["dtype"]]) for n in nodes]
 
 
 def _walk_tensor_nodes(node: Any, out: list[dict]) -> None:

@@ -257,15 +257,7 @@ class RecordSession(Session):
         snap_s = time.perf_counter() - t0
         nbytes = objects.nbytes + RNG_BYTES
         self.snapshot_bytes[name] = nbytes
-        # training on the CPU: the writer's I/O takes cores from it. On a GPU, with a core that sat idle
-        # since the last checkpoint (DataLoader workers did not fill them), the I/O runs there for free.
-        # Either way the writer's Python work holds the GIL the training thread needs (policy.charge)
-        self.policy.charge = CHARGE_SHARED
-        if objects.ready is not None:  # the snapshot copied from a CUDA device
-            idle = self.idle_meter.idle(exclude_s=self.background_cpu_s - self.background_seen)
-            self.background_seen = self.background_cpu_s
-            if idle is not None and idle >= IDLE_CORE:
-                self.policy.charge = CHARGE_IDLE
+        self._choose_charge(on_gpu=objects.ready is not None)  # ready: the snapshot copied from a CUDA device
 
         def job() -> None:
             cpu0 = time.thread_time()
@@ -283,17 +275,9 @@ class RecordSession(Session):
             finally:
                 for part in parts:
                     part.release()
-            trees = {"objects": objects.tree, "rng": rng.tree, "rng_start": rng_start.tree}
-            done = {k: canonical_json(v) for k, v in trees.items()}  # each tree serialized once
-            manifest = {
-                "format": FORMAT, "block": name, "epoch": epoch, "occurrence": occ, "count": len(objs), **trees,
-                "digest": hash_bytes(f'{{"objects":{done["objects"]},"rng":{done["rng"]}}}'.encode()),
-                "bytes": nbytes, "new_bytes": new_bytes, "block_s": round(elapsed, 6), "snapshot_s": round(snap_s, 6),
-                "created": time.time(),
-            }
-            # sha256 over all of it; an HMAC with the user's key where a leaf is pickled (flor.store.trust)
-            pickled = any('"pickle"' in text for text in done.values()) and has_pickles(manifest)
-            data = sealed_bytes(manifest, sign=signer(self.settings.config_dir) if pickled else None, done=done)
+            head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
+            data = self._sealed_manifest(head, objects, rng, rng_start, nbytes=nbytes, new_bytes=new_bytes,
+                                         block_s=elapsed, snapshot_s=snap_s)
             manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
             if not self.writer.may_commit():
                 return  # abandoned at exit: without its manifest the checkpoint does not exist
@@ -314,6 +298,34 @@ class RecordSession(Session):
         stall = time.perf_counter() - t0  # the snapshot (the writer never makes training wait)
         self.policy.observe(name, epoch, stall=stall)
         self.meta.timings.setdefault("stall_s", []).append(round(stall, 6))
+
+    def _choose_charge(self, *, on_gpu: bool) -> None:
+        """What the budget is charged with (``flor.policy``). Training on the CPU: the writer's
+        I/O takes cores from it. On a GPU, with a core that sat idle since the last checkpoint
+        (DataLoader workers did not fill them), the I/O runs there for free. Either way the
+        writer's Python work holds the GIL that the training thread needs."""
+        self.policy.charge = CHARGE_SHARED
+        if on_gpu:
+            idle = self.idle_meter.idle(exclude_s=self.background_cpu_s - self.background_seen)
+            self.background_seen = self.background_cpu_s
+            if idle is not None and idle >= IDLE_CORE:
+                self.policy.charge = CHARGE_IDLE
+
+    def _sealed_manifest(self, head: dict, objects: Any, rng: Any, rng_start: Any, *, nbytes: int, new_bytes: int,
+                         block_s: float, snapshot_s: float) -> bytes:
+        """The manifest file of a checkpoint whose blobs are stored: each state tree serialized
+        once, for the state digest, the checksum and the file (``sealed_bytes``); an HMAC with
+        the user's key where a leaf is pickled (flor.store.trust)."""
+        trees = {"objects": objects.tree, "rng": rng.tree, "rng_start": rng_start.tree}
+        done = {k: canonical_json(v) for k, v in trees.items()}
+        manifest = {
+            "format": FORMAT, **head, **trees,
+            "digest": hash_bytes(f'{{"objects":{done["objects"]},"rng":{done["rng"]}}}'.encode()),
+            "bytes": nbytes, "new_bytes": new_bytes, "block_s": round(block_s, 6), "snapshot_s": round(snapshot_s, 6),
+            "created": time.time(),
+        }
+        pickled = any('"pickle"' in text for text in done.values()) and has_pickles(manifest)
+        return sealed_bytes(manifest, sign=signer(self.settings.config_dir) if pickled else None, done=done)
 
     def _failed(self, name: str, epoch: int | None, exc: BaseException) -> None:
         with self._meta_lock:

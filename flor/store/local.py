@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
 import itertools
 import os
 import re
@@ -137,7 +140,8 @@ class LocalBackend:
                 tmp = str(dest.parent / tmp_name())
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
                 staged.append((fd, tmp, dest))
-                _write_all(fd, data)
+                if not _write_direct(fd, data):
+                    _write_all(fd, data)
             for i, (fd, tmp, dest) in enumerate(staged):  # the barrier: all data on disk ...
                 _datasync(fd)
                 os.close(fd)
@@ -203,6 +207,52 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
     done, size = 0, view.nbytes
     while done < size:
         done += os.write(fd, view[done:done + (1 << 30)])
+
+
+#: blobs from this size on, in page-aligned buffers, are written around the page cache (O_DIRECT)
+DIRECT_MIN = 256 * 1024
+PAGE = 4096
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def _address(view: memoryview) -> int | None:
+    """Where a writable buffer starts in memory; None for a read-only one."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(view))
+    except (TypeError, ValueError):
+        return None
+
+
+def _write_direct(fd: int, data: bytes | memoryview) -> bool:
+    """Write ``data`` to the empty file ``fd``: its page-aligned bulk with O_DIRECT, the tail
+    through the page cache. Return False, having written nothing, where that cannot be done
+    (an unaligned or small buffer, a filesystem without O_DIRECT such as tmpfs).
+
+    A buffered write of a large blob costs the writer 2-4 CPU-s per GB on this project's VM
+    (page-cache pages allocated and filled, then written back); O_DIRECT hands the pages of
+    the snapshot buffer to the disk: ~0.03 CPU-s per GB (issue #13). The durability barrier
+    (``fdatasync``) is still the caller's.
+    """
+    view = memoryview(data).cast("B")
+    bulk = view.nbytes - view.nbytes % PAGE
+    if not _O_DIRECT or bulk < DIRECT_MIN or (_address(view) or 1) % PAGE:
+        return False
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | _O_DIRECT)
+        done = 0
+        while done < bulk:
+            done += os.write(fd, view[done:bulk])
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        _write_all(fd, view[bulk:])
+        return True
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise  # a full disk, an I/O error: the caller's to report
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)  # not supported here: start over through the page cache
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        return False
 
 
 def _datasync(fd: int) -> None:
