@@ -14,7 +14,7 @@ from .ddp import RankLink
 from ..logs import LogWriter
 from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
-from ..placement import IdleMeter, cores
+from ..placement import IdleMeter
 from ..policy import CHARGE_IDLE, CHARGE_SHARED, CheckpointPolicy
 from ..runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
 from .outer import LoopFrame, OuterStateWriter, left_normally
@@ -290,7 +290,7 @@ class RecordSession(Session):
             self.background_cpu_s += cpu
             self.bytes_written += new_bytes
             held = max(cpu - io_s, 0.0)  # outside the system calls: holding the GIL
-            self.policy.observe_background(name, held + io_s / cores(), held=held)  # charged per policy.charge
+            self.policy.observe_background(name, cpu, held=held)  # charged per policy.charge
 
         if not self.writer.try_submit(job, nbytes, lambda exc: self._failed(name, epoch, exc), label=(name, epoch)):
             self._skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
@@ -300,10 +300,10 @@ class RecordSession(Session):
         self.meta.timings.setdefault("stall_s", []).append(round(stall, 6))
 
     def _choose_charge(self, *, on_gpu: bool) -> None:
-        """What the budget is charged with (``flor.policy``). Training on the CPU: the writer's
-        I/O takes cores from it. On a GPU, with a core that sat idle since the last checkpoint
-        (DataLoader workers did not fill them), the I/O runs there for free. Either way the
-        writer's Python work holds the GIL that the training thread needs."""
+        """What the budget is charged with (``flor.policy``). Training on the CPU: all of the
+        writer's CPU time. On a GPU, with a core that sat idle since the last checkpoint
+        (DataLoader workers did not fill them), its I/O runs there for free, and only its
+        Python work, which holds the GIL the training thread needs, is charged."""
         self.policy.charge = CHARGE_SHARED
         if on_gpu:
             idle = self.idle_meter.idle(exclude_s=self.background_cpu_s - self.background_seen)
