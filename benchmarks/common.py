@@ -79,6 +79,25 @@ def dir_bytes(path: Path) -> int:
     return dir_size(path)
 
 
+def evict(*folders: Path) -> None:
+    """Write back everything, then drop the files under ``folders`` from the page cache, as
+    days after a run: what a replay (or a raw read probe) reads then comes from the disk.
+    Needs no root (``posix_fadvise(DONTNEED)`` on each file); a no-op where unsupported."""
+    os.sync()
+    for folder in folders:
+        for path in Path(folder).rglob("*"):
+            try:
+                if not path.is_file() or path.is_symlink():
+                    continue
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+            except (OSError, AttributeError):
+                pass
+
+
 def save(name: str, result: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(), **result}
