@@ -71,9 +71,11 @@ def main() -> None:
         meta = run_meta(home, "bench")
         replay = [str(TRAIN), *margs, "--probe", "--flor", "bench", "--replay_flor"]
         one = concurrent([replay + ["0/1"]], [env(home, threads=1, FLOR_REPLAY_ID="one")])
+        one_loops = list(LOOPS)
         one_loop = max(LOOPS)
         two = concurrent([replay + ["0/2"], replay + ["1/2"]],
                          [env(home, threads=1, FLOR_REPLAY_ID="two"), env(home, threads=1, FLOR_REPLAY_ID="two")])
+        two_loops = list(LOOPS)
         two_loop = max(LOOPS)
         ceiling = scaling_probe(tmp, 300 if opts.quick else 1500)
         startup_s, _ = run(["-c", "import torch, flor"], env(tmp / "unused", threads=1))
@@ -91,7 +93,7 @@ def main() -> None:
         model[n] = (startup_s + model_epochs * epoch_s) / t
     loop_speedup = one_loop / two_loop
     result = {"epochs": epochs, "one_worker_s": one, "two_workers_s": two, "speedup": speedup,
-              "loop_speedup": loop_speedup, "loop_fraction_of_ceiling": loop_speedup / ceiling,
+              "loop_speedup": loop_speedup, "loop_s": {"one": one_loops, "two": two_loops}, "loop_fraction_of_ceiling": loop_speedup / ceiling,
               "ceiling": ceiling, "fraction_of_ceiling": speedup / ceiling, "startup_s": startup_s,
               "probed_epoch_s": epoch_s, "init_s": init_s,
               "model": {"epochs": model_epochs, "speedup_by_workers": model,
