@@ -36,9 +36,11 @@ OUTER_LOG = '    flor.log("wnorm", float(sum(p.double().norm() for p in net.para
 def signalled(r: Runner, script: Path, sig: int, after_epoch: int, *args: str,
               env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``script`` and send ``sig`` once it printed epoch ``after_epoch``."""
+    # the default disposition, whatever this test runs under: a suite started with nohup passes an
+    # ignored SIGHUP on, and flor rightly leaves a signal the process ignores alone
     proc = subprocess.Popen([sys.executable, str(script), "--epochs", str(EPOCHS), *args], cwd=r.cwd,
                             env=env or r.env(TOY_SLEEP="0.2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     seen = []
     assert proc.stdout is not None
     for line in proc.stdout:
