@@ -44,6 +44,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import hashlib
+import itertools
 import json
 import random
 import sys
@@ -134,7 +135,7 @@ def _aligned_empty(nbytes: int) -> torch.Tensor:
 def _empty_like(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialized contiguous CPU tensor, in an ``_aligned_empty`` buffer."""
     shape = [int(d) for d in shape]
-    nbytes = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
+    nbytes = torch.Size(shape).numel() * dtype.itemsize
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     return _aligned_empty(nbytes).view(dtype).view(shape)
@@ -194,21 +195,9 @@ class Pending:
     def hashed(self) -> list[tuple[memoryview | bytes, str]]:
         """Hash every leaf once and note the hash in the tree; return the ``(bytes, hash)``
         pairs to store, still views of the pooled buffers (no copy): store them, then
-        ``release()``. Runs on the background writer."""
-        if self.ready is not None:
-            self.ready.synchronize()
-        self.built()
-        out: list[tuple[memoryview | bytes, str]] = []
-        for node, tensor in self.tensors:
-            data = _tensor_bytes(tensor)
-            node["h"] = hash_bytes(data)
-            out.append((data, node["h"]))
-        for node, data in self.raw:
-            node["h"] = hash_bytes(data)
-            if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
-                node["sha256"] = hashlib.sha256(data).hexdigest()
-            out.append((data, node["h"]))
-        return out
+        ``release()``. Runs on the background writer. (``hash_and_pack`` with every leaf its
+        own blob.)"""
+        return hash_and_pack([self], threshold=0)[0]
 
     def built(self) -> Any:
         """The tree, made from a TreeCache's template first where the snapshot took the fast path."""
@@ -620,7 +609,8 @@ class TreeCache:
         except (_NotTemplate, StopIteration, KeyError, TypeError):
             self.off = True
             return
-        if _json_or_none(rebuilt) != _json_or_none(pending.tree) or _json_or_none(rebuilt) is None:
+        text = _json_or_none(rebuilt)
+        if text is None or text != _json_or_none(pending.tree):
             self.off = True  # NaN, or a walk that differs from the encoder's: always encode in full
             return
         self.sig, self.template = sig, pending.tree
@@ -681,22 +671,10 @@ class TreeCache:
 
 
 def _template_tensors(node: Any) -> list[torch.Tensor]:
+    """Fresh buffers for the tensors of a template, in walk order."""
     nodes: list[dict] = []
-    _walk_tensor_nodes(node, nodes)
+    _build(node, itertools.repeat(None), nodes)
     return [_empty_like(n["shape"], _TORCH_DTYPES[n["dtype"]]) for n in nodes]
-
-
-def _walk_tensor_nodes(node: Any, out: list[dict]) -> None:
-    if isinstance(node, dict):
-        if node.get("t") == "tensor":
-            out.append(node)
-            return
-        for key in ("v", "meta"):
-            if key in node:
-                _walk_tensor_nodes(node[key], out)
-    elif isinstance(node, list):
-        for x in node:
-            _walk_tensor_nodes(x, out)
 
 
 def _json_or_none(node: Any) -> str | None:
