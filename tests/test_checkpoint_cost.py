@@ -37,7 +37,7 @@ from flor.state import (
 )
 from flor.store.blobs import BlobStore
 from flor.store.hashing import hash_bytes
-from flor.store.local import DIRECT_MIN, PAGE, LocalBackend, _write_direct
+from flor.store.local import DIRECT_MIN, PAGE, LocalBackend, _address, _write_direct
 from flor.store.manifest import check_node, seal
 
 
@@ -152,7 +152,7 @@ def test_small_leaves_share_a_pack_and_are_found_again():
     train_steps(net, opt, sched, n=2)
     index = PackIndex()
     p1 = snapshot([net, opt, sched], copy=False)
-    blobs, entries = hash_and_pack([p1], index, threshold=100)
+    blobs, entries = hash_and_pack([p1], index, threshold=100, pack_all=0)
     store = {d: bytes(b) for b, d in blobs}
     index.remember(entries)
     tree = p1.tree
@@ -166,7 +166,7 @@ def test_small_leaves_share_a_pack_and_are_found_again():
     assert diff_nodes(full([net, opt, sched]), full([net2, opt2, sched2])) == []
     # nothing changed: the next checkpoint writes no pack, its leaves point into the first
     p2 = snapshot([net, opt, sched], copy=False)
-    blobs2, entries2 = hash_and_pack([p2], index, threshold=100)
+    blobs2, entries2 = hash_and_pack([p2], index, threshold=100, pack_all=0)
     assert entries2 == {} and all(d in store for _, d in blobs2)
     assert json.dumps(p2.tree) == json.dumps(tree)
     # damaged offsets are named, not an IndexError or a short tensor
@@ -178,6 +178,39 @@ def test_small_leaves_share_a_pack_and_are_found_again():
     node["o"] = -1
     with pytest.raises(Exception, match="offset"):
         check_node(bad)
+
+
+def test_a_small_checkpoint_is_one_page_aligned_pack_and_a_frozen_leaf_is_stored_once():
+    torch.manual_seed(0)
+    frozen, head = torch.nn.Linear(256, 512), torch.nn.Linear(512, 10)  # a 512 KiB weight that never changes
+    frozen.requires_grad_(False)
+    opt = torch.optim.AdamW(head.parameters(), lr=0.1)
+    head(frozen(torch.randn(4, 256))).sum().backward()
+    opt.step()
+    index = PackIndex()
+    p1 = snapshot([frozen, head, opt], copy=False)
+    blobs, entries = hash_and_pack([p1], index)
+    assert len(blobs) == 1, "every leaf, the 512 KiB one too, in one pack"
+    pack, digest = blobs[0]
+    assert memoryview(pack).nbytes >= DIRECT_MIN and _address(memoryview(pack)) % PAGE == 0  # written around the page cache
+    store = {digest: bytes(pack)}
+    index.remember(entries)
+    assert all(n["h"] == digest and "o" in n for n in _tensor_nodes(p1.tree))
+    frozen2, head2 = torch.nn.Linear(256, 512), torch.nn.Linear(512, 10)
+    opt2 = torch.optim.AdamW(head2.parameters(), lr=0.1)
+    restore([frozen2, head2, opt2], json.loads(json.dumps(p1.tree)), store.__getitem__)
+    assert diff_nodes(full([frozen, head, opt]), full([frozen2, head2, opt2])) == []
+    # the head trains on, the frozen layer does not: the next pack leaves its weight out
+    head(frozen(torch.randn(4, 256))).sum().backward()
+    opt.step()
+    p2 = snapshot([frozen, head, opt], copy=False)
+    blobs2, _ = hash_and_pack([p2], index)
+    assert len(blobs2) == 1 and memoryview(blobs2[0][0]).nbytes < 300_000
+    weight = p2.tree["v"][0]["v"]["v"][0]
+    assert weight["h"] == digest, "the unchanged weight points into the first pack"
+    # and past PACK_ALL_BYTES, large leaves are blobs of their own again
+    blobs3, _ = hash_and_pack([snapshot([frozen, head, opt], copy=False)], PackIndex(), pack_all=1000)
+    assert len(blobs3) > 1
 
 
 def test_python_rng_state_is_raw_bytes_and_compares_with_the_older_form():
