@@ -93,6 +93,23 @@ def test_backend_never_follows_a_link_out_of_the_store(tmp_path: Path) -> None:
         backend.read("objects/ab/victim")
     with pytest.raises(StorageError, match="leads out of the store"):
         backend.write("objects/ab/sub/new", b"evil")  # mkdir would have followed the link
+    with pytest.raises(StorageError, match="leads out of the store"):
+        backend.write_batch([("objects/ab/new", b"evil")])
+    # a folder swapped for a link after flor wrote into it: checked on every write, not once
+    backend.write_batch([("objects/12/first", b"ok")])
+    backend.write("objects/12/second", b"ok")
+    shutil.rmtree(root / "objects" / "12")
+    (root / "objects" / "12").symlink_to(outside, target_is_directory=True)
+    for write in (lambda: backend.write("objects/12/third", b"evil"),
+                  lambda: backend.write_batch([("objects/12/third", b"evil")])):
+        with pytest.raises(StorageError, match="leads out of the store"):
+            write()
+    # a link that stays inside the store is followed
+    (root / "elsewhere").mkdir()
+    (root / "objects" / "34").symlink_to(root / "elsewhere", target_is_directory=True)
+    backend.write("objects/34/fine", b"ok")
+    backend.write_batch([("objects/34/also", b"ok")])
+    assert sorted(p.name for p in (root / "elsewhere").iterdir()) == ["also", "fine"]
     assert sorted(p.name for p in outside.iterdir()) == ["victim"]
     assert (outside / "victim").read_bytes() == b"precious"
     assert backend.list("objects") == []  # what lies behind the link is not listed as the store's
