@@ -370,7 +370,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     trust = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
         flags.get("--flor_trust_pickles") or env.get("FLOR_TRUST_PICKLES", "0"),
         "--flor_trust_pickles/FLOR_TRUST_PICKLES")}
-    every_text = flags.get("--flor_every") or env.get("FLOR_EVERY")
+    every_text = flags.get("--flor_every") or env.get("FLOR_EVERY") or None  # empty: unset, as the others
     every = _parse_every(every_text, "--flor_every/FLOR_EVERY") if every_text is not None else None
     overhead_text = flags.get("--flor_overhead") or env.get("FLOR_OVERHEAD")
     overhead = _parse_overhead(overhead_text, "--flor_overhead/FLOR_OVERHEAD") if overhead_text else 0.01

@@ -45,6 +45,9 @@ def test_switches_and_values():
     assert s.every == 3
     s, _ = parse(["t.py"], {"FLOR_NAME": "x", "FLOR_EVERY": "4", "FLOR_HOME": "/tmp/somewhere"})
     assert (s.every, str(s.home)) == (4, "/tmp/somewhere")
+    # an empty variable is an unset one (`FLOR_EVERY= python train.py`), as FLOR_OVERHEAD and the rest
+    s, _ = parse(["t.py"], {"FLOR_NAME": "x", "FLOR_EVERY": "", "FLOR_OVERHEAD": "", "FLOR_SPOOL": ""})
+    assert (s.every, s.overhead) == (None, 0.01)
     s, _ = parse(["t.py"], {"FLOR_NAME": "x", "FLOR_REPLAY": "yes", "FLOR_STRICT": "1", "FLOR_REPLAY_ID": "abc"})
     assert (s.mode, s.strict, s.replay_id) == ("replay", True, "abc")
 
