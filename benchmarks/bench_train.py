@@ -5,6 +5,8 @@
 --model finetune  the big MLP's body frozen, a small head trained: storage dedup
 --hindsight       adds an outer-loop hindsight log (weight norm), what a user adds later
 --probe           marks the block probed and logs the loss inside it
+--memcpy-probe    after the loop: the GB/s of copying the state into reused buffers (the
+                  same-process bound a snapshot's copy runs against)
 """
 
 import argparse
@@ -22,6 +24,8 @@ parser.add_argument("--steps", type=int, default=20, help="batches per epoch")
 parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--hindsight", action="store_true")
 parser.add_argument("--probe", action="store_true")
+parser.add_argument("--memcpy-probe", action="store_true",
+                    help="after the loop, time copying the model's and optimizer's tensors into reused buffers")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -69,3 +73,16 @@ for epoch in flor.it(range(args.epochs)):
     if args.hindsight:
         flor.log("weight_norm", float(sum(p.double().norm() ** 2 for p in net.parameters()) ** 0.5))
 print(f"LOOP_SECONDS {time.perf_counter() - clock.loop:.6f}")
+if args.memcpy_probe:  # the bound a snapshot copies against, in the same process and memory state
+    state = [t for t in net.state_dict().values()] + [
+        t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    reused = [torch.empty_like(t) for t in state]
+    with torch.no_grad():
+        torch._foreach_copy_(reused, state)  # every page faulted in once, as flor's buffer sets are
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            torch._foreach_copy_(reused, state)
+            times.append(time.perf_counter() - t0)
+    nbytes = sum(t.numel() * t.element_size() for t in state)
+    print(f"MEMCPY_GBPS {nbytes / sorted(times)[2] / 1e9:.3f}")

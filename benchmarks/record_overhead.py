@@ -2,7 +2,8 @@
 
 Reports end-to-end and in-loop overhead at the default budget and with a checkpoint forced
 at every epoch, the training-thread stall per checkpoint (and its GB/s next to a same-run
-memcpy probe into reused vs fresh buffers), bytes written per epoch, and the background
+memcpy probe into reused vs fresh buffers, and each recording's own copy of the same tensors
+into reused buffers after its loop: ``--memcpy-probe``), bytes written per epoch, and the background
 CPU seconds per epoch that checkpointing costs on a machine without a GPU.
 
     python benchmarks/record_overhead.py [--reps 3] [--quick]
@@ -11,6 +12,7 @@ CPU seconds per epoch that checkpointing costs on a machine without a GPU.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import tempfile
 import time
@@ -55,19 +57,25 @@ def main() -> None:
             times: dict[str, list[float]] = {"plain": [], "flor": [], "flor_every": []}
             loops: dict[str, list[float]] = {k: [] for k in times}
             metas: dict[str, list[dict]] = {"flor": [], "flor_every": []}
+            same_process: list[float] = []  # the state copied into reused buffers after the loop, per run
             for rep in range(reps):  # interleaved, so drifts in machine speed hit all variants alike
                 for variant in times:
                     home = tmp / f"{model}-{variant}-{rep}"
                     flags = [] if variant == "plain" else ["--flor", "bench"]
                     extra = {"FLOR_EVERY": "1"} if variant == "flor_every" else {}
-                    wall, proc = run([str(TRAIN), *margs, *flags], env(home, **extra))
+                    wall, proc = run([str(TRAIN), *margs, *flags, "--memcpy-probe"], env(home, **extra))
                     times[variant].append(wall)
                     loops[variant].append(loop_seconds(proc))
+                    if variant == "flor_every":
+                        same_process.append(float(re.search(r"MEMCPY_GBPS ([\d.]+)", proc.stdout).group(1)))
                     if variant != "plain":
                         metas[variant].append(run_meta(home, "bench"))
                     shutil.rmtree(home, ignore_errors=True)
             epochs = metas["flor_every"][0]["epochs_done"]
             stalls = [s for m in metas["flor_every"] for s in m["timings"]["stall_s"][1:]]  # first: allocation
+            # each run's median stall beside the same process's memcpy of the same tensors
+            per_run = [(median(m["timings"]["stall_s"][1:]), g) for m, g in zip(metas["flor_every"], same_process)
+                       if len(m["timings"]["stall_s"]) > 1]
             written = median([m["background"]["bytes_written"] for m in metas["flor_every"]]) / epochs
             cpu = median([m["background"]["cpu_s"] for m in metas["flor_every"]]) / epochs
             state_bytes = written  # every tensor changes each epoch: what is written is the state
@@ -84,6 +92,9 @@ def main() -> None:
                 "stall_per_checkpoint_s": median(stalls) if stalls else None,
                 "stall_gbps": state_bytes / median(stalls) / 1e9 if stalls else None,
                 "memcpy_reused_gbps": probe["reused_gbps"], "memcpy_fresh_gbps": probe["fresh_gbps"],
+                "memcpy_same_process_gbps": median(same_process),
+                # the snapshot's speed (state bytes / median stall) over that run's own memcpy, median over runs
+                "snapshot_of_memcpy": median([state_bytes / st / 1e9 / g for st, g in per_run]) if per_run else None,
                 "bytes_written_per_epoch": written, "background_cpu_s_per_epoch": cpu,
                 "epoch_s": median([s for m in metas["flor_every"] for s in m["timings"]["epoch_s"]]),
                 "raw": {"times": times, "loops": loops},
@@ -93,13 +104,15 @@ def main() -> None:
                          f"{r['loop_overhead_default']:+.2%}", f"{r['loop_overhead_every_epoch']:+.2%}",
                          f"{default_ckpts:.0f}/{epochs}",
                          f"{r['stall_per_checkpoint_s'] * 1e3:.2f} ms", f"{r['stall_gbps']:.2f}",
+                         f"{r['memcpy_same_process_gbps']:.2f} ({r['snapshot_of_memcpy']:.0%})",
                          f"{probe['reused_gbps']:.2f} / {probe['fresh_gbps']:.2f}",
                          f"{written / 1e6:.1f} MB", f"{cpu:.3f} s ({cpu / r['epoch_s']:.1%})"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(table(rows, ["model", "overhead (default 1% budget)", "overhead (every epoch)", "in-loop (default)",
                        "in-loop (every epoch)",
-                       "ckpts at default", "stall/ckpt", "stall GB/s", "memcpy GB/s reused/fresh",
+                       "ckpts at default", "stall/ckpt", "stall GB/s", "same-process memcpy GB/s (snapshot's share)",
+                       "memcpy GB/s reused/fresh (separate)",
                        "written/epoch", "background CPU/epoch"]))
     print(f"results: {save('record_overhead', {'reps': reps, 'models': results})}")
 
