@@ -191,6 +191,8 @@ class Pending:
 
     @property
     def nbytes(self) -> int:
+        if self.buffer_set is not None and not self.raw:  # the fast path: known from the buffers
+            return self.buffer_set.nbytes
         return sum(t.numel() * t.element_size() for _, t in self.tensors) + sum(len(b) for _, b in self.raw)
 
     def hashed(self) -> list[tuple[memoryview | bytes, str]]:
@@ -702,6 +704,13 @@ class _BufferSet(list):
     tensor-to-memoryview conversion costs ~25 us of the writer's time (with the GIL held)."""
 
     _views: list[memoryview] | None = None
+    _nbytes: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        if self._nbytes is None:
+            self._nbytes = sum(t.numel() * t.element_size() for t in self)
+        return self._nbytes
 
     def views(self) -> list[memoryview]:
         if self._views is None:

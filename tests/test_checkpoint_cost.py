@@ -64,6 +64,7 @@ def test_fast_snapshot_is_the_full_encoding_and_a_copy():
         objs[4] += 1
         fast = snapshot(objs, cache=cache)
         assert fast.build is not None, "same structure: the fast path"
+        assert fast.nbytes == snapshot(objs, copy=False).nbytes > 0  # what the writer's memory budget counts
         expected = full(objs)
         train_steps(net, opt, sched, n=2)  # training goes on before the writer gets to it
         objs[4] += 1
