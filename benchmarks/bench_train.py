@@ -53,7 +53,7 @@ val = torch.randn(256, *shape)
 val_labels = torch.randint(0, 10, (256,))
 
 # not a plain float: a replay worker restores the epoch loop's plain variables from the recording
-# (docs/loops.md), and a recorded perf_counter() would time the loop from the recording's start
+# (docs/loops.md); a float the loop never changes is no longer restored, but older recordings did
 clock = types.SimpleNamespace(loop=time.perf_counter())
 for epoch in flor.it(range(args.epochs)):
     if flor.SkipBlock.step_into("train", probed=args.probe):

@@ -94,9 +94,12 @@ def test_loop_replays_exactly_with_1_2_3_workers(tmp_path, variant):
         assert values(logs) == expected, f"{n} workers"
         assert max(x["epoch"] for x in logs) == ran - 1  # nothing for epochs the recording never ran
         late = [o for w, o in enumerate(outs) if w * ran // n > 1]  # workers that start mid-run
-        for o in late:
-            line = next(ln for ln in o.stderr.splitlines() if "outer-loop variables restored" in ln)
-            assert OUTER_STATE <= set(line.split(": ", 2)[-1].split(", "))
+        for o in late:  # each variable restored, or left as the worker set it when the loop had not changed it yet
+            lines = o.stderr.splitlines()
+            restored = set(next(ln for ln in lines if "outer-loop variables restored" in ln).split(": ", 2)[-1].split(", "))
+            left = next((ln for ln in lines if "had not changed" in ln), "")
+            left = set(left.split(": ", 2)[-1].split(", ")) if left else set()
+            assert OUTER_STATE <= restored | left and not restored & left
 
     # the guarded save ran in the recording only: replays never rewrote it
     assert stat(r.cwd / "best.pt") == saved
@@ -197,3 +200,51 @@ def test_locals_are_written_back_into_a_running_frame():
         return best, patience, hist
 
     assert loop() == (0.25, 3, [4, 5])
+
+
+UNCHANGED = """
+import os
+import torch
+import flor
+
+tag = os.environ["TAG"]  # read before the loop, never changed by it: a path, a timer, a setting
+late = 0  # unchanged until epoch 3
+count = 0  # changed every epoch
+net = torch.nn.Linear(2, 1)
+for epoch in flor.it(range(6)):
+    if flor.SkipBlock.step_into("train"):
+        net.weight.data += 1
+    net = flor.SkipBlock.end(net)
+    count += 1
+    if epoch == 3:
+        late = 1
+    # HINDSIGHT
+    flor.log("late", late)
+    flor.log("count", count)
+"""
+
+
+def test_a_variable_the_loop_never_changed_is_left_as_the_worker_set_it(tmp_path):
+    r = Runner(tmp_path)
+    recorded, script = r.cwd / "recorded.py", r.cwd / "unchanged.py"
+    recorded.write_text(UNCHANGED)
+    script.write_text(UNCHANGED.replace("    # HINDSIGHT", '    flor.log("tag", tag)  # hindsight'))
+    r.run(recorded, "--flor", "u", env=r.env(TAG="recorded", FLOR_EVERY="1"))  # workers start where planned
+    # what a full re-execution of the edited script with today's setting logs
+    r.run(script, "--flor", "full", env=r.env(TAG="today"))
+    full = values(run_logs(r, "full"), "record")
+    assert full[("tag", 5, None)] == "today" and full[("late", 3, None)] == 1 and full[("count", 5, None)] == 6
+    checked = set()
+    for n in (2, 6):  # a last worker that restores the state of before `late` changes (epoch 3) and after
+        rid = f"w{n}"
+        outs = [r.run(script, "--flor", "u", "--replay_flor", f"{w}/{n}", env=r.env(TAG="today", FLOR_REPLAY_ID=rid))
+                for w in range(n)]
+        logs = [x for x in run_logs(r, "u") if x["source"] == "replay" and x["replay"] == rid]
+        assert values(logs) == full, f"{n} workers"
+        notes = outs[-1].stderr
+        assert "restored as recorded at the end of epoch" in notes and "count" in notes
+        left = next(ln for ln in notes.splitlines() if "had not changed" in ln)
+        after = int(left.split("by epoch ")[1].split(",")[0])
+        assert "tag" in left and "count" not in left and ("late" in left) == (after < 3), left
+        checked.add(after < 3)
+    assert checked == {True, False}, "a worker started before the change of `late` and one after"

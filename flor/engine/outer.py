@@ -17,6 +17,11 @@ variables it could not restore and how to fix that (pass them to ``end()``, or r
 to Python 3.12 and through the write-through ``frame.f_locals`` of PEP 667 from 3.13;
 where neither exists, they are named too.
 
+A variable the loop has not changed by the end of epoch ``a - 1`` (``"unchanged"``: its value
+then, and at every epoch end before, is the one it had when the loop started: a timer, a
+path, a setting read before the loop) is left as the worker's own code before the loop set
+it, as a full re-execution would have it, rather than given the recording's value.
+
 One JSON line per epoch goes to ``logs/outer-state.jsonl``; values are tagged so that a
 tuple comes back a tuple and a float32 scalar a float32 scalar. The file is untrusted input
 when replayed: a line that does not decode is ignored, a value that does not decode is
@@ -191,6 +196,8 @@ class LoopFrame:
         self.ignored: set[str] = set()  # dunders and the loop variable
         self.static: dict[str, int] = {}  # name -> id of the module, function or class it held at the start
         self.opaque: set[type] = set()  # types that are never plain data (checked once per type)
+        self.initial: dict[str, Any] = {}  # plain variables at the loop's start: name -> _same_key(encoded)
+        self.touched: set[str] = set()  # ... that some epoch so far ended with another value (or bound anew)
 
     def variables(self) -> dict[str, Any]:
         frame = self.frame
@@ -212,6 +219,8 @@ class LoopFrame:
             elif type(value) not in _SCALARS:
                 self.before[name] = _fingerprint(value)
         self.ignored |= self.targets
+        self.initial = {name: _same_key(v) for name, v in self.capture()["vars"].items()}
+        self.touched = set()  # that capture compared with nothing yet
 
     def capture(self, passed: Iterable[int] = ()) -> dict[str, Any]:
         """``{"vars": {name: encoded}, "unrestorable": [names]}`` of the frame now."""
@@ -247,7 +256,12 @@ class LoopFrame:
             if len(out) >= MAX_VARS:
                 self.too_many = True
                 break
-        return {"vars": out, "unrestorable": sorted(self.changed - out.keys())}
+        initial, touched = self.initial, self.touched
+        for name, value in out.items():
+            if name not in touched and (name not in initial or _same_key(value) != initial[name]):
+                touched.add(name)
+        return {"vars": out, "unrestorable": sorted(self.changed - out.keys()),
+                "unchanged": sorted(name for name in out if name not in touched)}
 
     def _not_plain(self, name: str, value: Any, passed: set[int]) -> None:
         """``name`` holds what cannot be noted: named when it was there before the loop and the
@@ -288,6 +302,14 @@ class LoopFrame:
 
     def close(self) -> None:
         self.frame = None  # a function's frame keeps its locals alive: let go after the loop
+
+
+def _same_key(encoded: Any) -> Any:
+    """What two values of a variable compare by: 1, 1.0 and True differ, as do 0.1 and 0.10000001."""
+    kind = type(encoded)
+    if kind in _NUMBERS:
+        return kind, encoded
+    return kind, json.dumps(encoded, allow_nan=True, separators=(",", ":"))
 
 
 def _maybe_scalar(kind: type) -> bool:
@@ -383,4 +405,6 @@ def read_outer_state(path: Path, epoch: int) -> dict[str, Any] | None:
         return None
     unrestorable = found.get("unrestorable")
     found["unrestorable"] = [str(n) for n in unrestorable] if isinstance(unrestorable, list) else []
+    unchanged = found.get("unchanged")  # absent in a recording of an older flor: every variable is restored
+    found["unchanged"] = [n for n in unchanged if isinstance(n, str)] if isinstance(unchanged, list) else []
     return found

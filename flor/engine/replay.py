@@ -275,7 +275,10 @@ class ReplaySession(Session):
                           "before the loop; replay with --flor_strong if they matter")
                 return
             values, missing = {}, list(rec["unrestorable"])
+            own = sorted(set(rec["unchanged"]) & set(rec["vars"]))
             for name, node in rec["vars"].items():
+                if name in own:  # the loop had not changed it: as this worker's code before the loop set it
+                    continue
                 try:
                     values[str(name)] = decode(node)
                 except (ValueError, TypeError, AttributeError):
@@ -286,6 +289,10 @@ class ReplaySession(Session):
                 shown = ", ".join(self.outer_restored[:12]) + (
                     f" and {len(self.outer_restored) - 12} more" if len(self.outer_restored) > 12 else "")
                 self.note(f"outer-loop variables restored as recorded at the end of epoch {after}: {shown}")
+            if own:
+                shown = ", ".join(own[:12]) + (f" and {len(own) - 12} more" if len(own) > 12 else "")
+                self.note(f"outer-loop variables the recording's loop had not changed by epoch {after}, left as "
+                          f"this worker set them before the loop: {shown}")
         finally:
             loop.close()
         if missing:
