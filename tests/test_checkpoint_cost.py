@@ -32,9 +32,9 @@ from flor.errors import CheckpointError
 from flor.placement import IdleMeter, cores
 from flor.policy import CHARGE_IDLE, CHARGE_SHARED
 from flor.state import (
-    PackIndex, TreeCache, _aligned_empty, capture_rng, decode, diff_nodes, hash_and_pack, restore, restore_rng,
-    snapshot,
+    PackIndex, TreeCache, capture_rng, decode, diff_nodes, hash_and_pack, restore, restore_rng, snapshot,
 )
+from flor.state.pending import _aligned_empty
 from flor.store.blobs import BlobStore
 from flor.store.hashing import hash_bytes
 from flor.store.local import DIRECT_MIN, PAGE, LocalBackend, _address, _write_direct

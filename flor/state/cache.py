@@ -1,0 +1,224 @@
+"""The fast path of a snapshot: each block's tree structure, kept after its first full
+encoding and reused while its objects keep it (``TreeCache``, issue #13).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from .nodes import _PRIMITIVE_SET, _TORCH_DTYPES
+from .pending import Pending, _empty_like, _tensor_bytes
+
+__all__ = ["TreeCache"]
+
+
+def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0) -> bool:
+    """Walk ``obj`` as ``_Encoder.encode`` would, collecting its structure (``sig``: every
+    object's type, every dict's keys, every tensor's dtype, shape and requires_grad), its
+    plain values and its tensors; False where the fast path does not apply."""
+    t = type(obj)
+    if t in _PRIMITIVE_SET:
+        sig.append(t)
+        vals.append(obj)
+        return True
+    if depth > 64:
+        return False
+    if t is torch.Tensor or t is torch.nn.Parameter:
+        dtype = obj.dtype
+        if not obj.is_cpu or obj.layout is not torch.strided or obj.is_quantized or obj.is_nested \
+                or (dtype.is_complex and (obj.is_conj() or obj.is_neg())):
+            return False
+        sig.append((t, dtype, obj.shape, obj.requires_grad))
+        tensors.append(obj)
+        return True
+    if t is list or t is tuple:
+        sig.append((t, len(obj)))
+        for x in obj:
+            if not _flatten(x, sig, vals, tensors, depth + 1):
+                return False
+        return True
+    if t is dict or t is OrderedDict:
+        keys = tuple(obj)
+        types = tuple(map(type, keys))
+        if not _PRIMITIVE_SET.issuperset(types):
+            return False
+        meta = getattr(obj, "_metadata", None)
+        sig.append((t, keys, types, meta is not None))
+        for v in obj.values():
+            if not _flatten(v, sig, vals, tensors, depth + 1):
+                return False
+        return meta is None or (type(meta) in (dict, OrderedDict) and _flatten(dict(meta), sig, vals, tensors, depth + 1))
+    if isinstance(obj, (torch.nn.Module, torch.optim.Optimizer)) or (
+            type(obj).__module__.startswith("torch.") and callable(getattr(obj, "state_dict", None))
+            and callable(getattr(obj, "load_state_dict", None))):
+        sig.append(t)
+        return _flatten(obj.state_dict(), sig, vals, tensors, depth + 1)
+    return False
+
+
+def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
+    """A new tree shaped like the template ``node``, its plain values taken from ``vals`` in
+    walk order and its tensor nodes copied (and listed in ``nodes``, to be hashed)."""
+    if not isinstance(node, dict):
+        return next(vals)
+    kind = node["t"]
+    if kind == "tensor":
+        out = {k: v for k, v in node.items() if k not in ("h", "o", "n", "x")}
+        nodes.append(out)
+        return out
+    if kind in ("list", "tuple"):
+        return {"t": kind, "v": [_build(x, vals, nodes) for x in node["v"]]}
+    if kind in ("dict", "odict"):
+        out = {"t": kind, "k": node["k"], "v": [_build(x, vals, nodes) for x in node["v"]]}
+        if "meta" in node:
+            out["meta"] = _build(node["meta"], vals, nodes)
+        return out
+    if kind == "stateful":
+        return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
+    raise _NotTemplate(kind)
+
+
+class _NotTemplate(Exception):
+    pass
+
+
+class TreeCache:
+    """One block's snapshot structure, reused while its objects keep it (issue #13).
+
+    The first snapshot of a block encodes it in full (``_Encoder``) and keeps the tree as a
+    template, with the signature of what it walked (``_flatten``: types, dict keys, tensor
+    dtypes and shapes). A later snapshot only walks the objects for their plain values,
+    tensors and signature; when the signature is the same, the tensors are copied in one
+    call into a set of buffers kept for this block, and the tree is rebuilt from the
+    template with the new values on the background writer (``Pending.built``). Objects the
+    walk does not know (numpy arrays, plain objects, CUDA tensors, ...) keep the block on
+    the full encoding, which is always right.
+
+    Buffer sets are reused once their checkpoint is written; ``top_up`` (on the writer) keeps
+    one spare set, touched so its pages exist, while ``memory`` allows: a snapshot taken while
+    the writer is one checkpoint behind copies at memory speed instead of page-faulting.
+    """
+
+    def __init__(self, memory: int = 1 << 30) -> None:
+        self.memory = memory
+        self.sig: list | None = None
+        self.template: Any = None
+        self.off = False  # the objects hold something the fast walk does not know
+        self.nbytes = 0
+        self.sets = 0  # buffer sets made
+        self._free: list[_BufferSet] = []
+        self._lock = threading.Lock()
+
+    def learn(self, objs: Any, pending: Pending) -> None:
+        """Keep the tree ``pending`` encoded in full as the template, if the fast walk agrees with it."""
+        sig: list = []
+        vals: list = []
+        tensors: list = []
+        if self.off or not _flatten(objs, sig, vals, tensors) or len(tensors) != len(pending.tensors) \
+                or pending.raw:
+            self.off = True
+            return
+        try:
+            nodes: list[dict] = []
+            rebuilt = _build(pending.tree, iter(vals), nodes)
+        except (_NotTemplate, StopIteration, KeyError, TypeError):
+            self.off = True
+            return
+        text = _json_or_none(rebuilt)
+        if text is None or text != _json_or_none(pending.tree):
+            self.off = True  # NaN, or a walk that differs from the encoder's: always encode in full
+            return
+        self.sig, self.template = sig, pending.tree
+        self.nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        dsts = _BufferSet(d for _, d in pending.tensors)  # this snapshot's copies: the block's first buffer set
+        if all(d.device.type == "cpu" and d.is_contiguous() for d in dsts):
+            self.sets = 1
+            pending.pool, pending.buffers = None, []
+            pending.on_release = lambda: self._give(dsts, sig)
+
+    def snapshot(self, objs: Any) -> Pending | None:
+        """The fast path (None: take the full one)."""
+        if self.off or self.sig is None:
+            return None
+        sig: list = []
+        vals: list = []
+        tensors: list = []
+        if not _flatten(objs, sig, vals, tensors) or sig != self.sig:
+            self.sig = None  # changed structure: the next full encoding makes the template again
+            with self._lock:
+                self._free.clear()
+            return None
+        dsts = self._take(tensors)
+        if tensors:  # a block may keep no tensor at all (a dict of counters)
+            with torch.no_grad():
+                torch._foreach_copy_(dsts, tensors)
+        template = self.template
+
+        def build() -> tuple[Any, list[dict]]:
+            nodes: list[dict] = []
+            return _build(template, iter(vals), nodes), nodes
+
+        return Pending(tree=None, tensors=[(None, d) for d in dsts], build=build,  # type: ignore[misc]
+                       on_release=lambda: self._give(dsts, sig), buffer_set=dsts)
+
+    def _take(self, like: list[torch.Tensor]) -> _BufferSet:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            self.sets += 1
+        return _BufferSet(_empty_like(t.shape, t.dtype) for t in like)
+
+    def _give(self, dsts: _BufferSet, sig: list) -> None:
+        with self._lock:
+            if sig is self.sig or sig == self.sig:
+                self._free.append(dsts)
+
+    def top_up(self) -> None:
+        """Keep one spare buffer set, its pages touched (on the writer, not training); within ``memory``."""
+        with self._lock:
+            if self._free or self.sig is None or not self.nbytes or (self.sets + 1) * self.nbytes > self.memory:
+                return
+            self.sets += 1
+            sig = self.sig
+        spare = _BufferSet(_template_tensors(self.template))
+        torch._foreach_zero_(spare)  # touch every page now, on the writer
+        self._give(spare, sig)
+
+
+class _BufferSet(list):
+    """One snapshot's worth of a TreeCache's buffers, with their byte views made once: a
+    tensor-to-memoryview conversion costs ~25 us of the writer's time (with the GIL held)."""
+
+    _views: list[memoryview] | None = None
+    _nbytes: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        if self._nbytes is None:
+            self._nbytes = sum(t.numel() * t.element_size() for t in self)
+        return self._nbytes
+
+    def views(self) -> list[memoryview]:
+        if self._views is None:
+            self._views = [_tensor_bytes(t) for t in self]
+        return self._views
+
+
+def _template_tensors(node: Any) -> list[torch.Tensor]:
+    """Fresh buffers for the tensors of a template, in walk order."""
+    nodes: list[dict] = []
+    _build(node, itertools.repeat(None), nodes)
+    return [_empty_like(n["shape"], _TORCH_DTYPES[n["dtype"]]) for n in nodes]
+
+
+def _json_or_none(node: Any) -> str | None:
+    try:
+        return json.dumps(node, sort_keys=True, allow_nan=False)
+    except ValueError:
+        return None

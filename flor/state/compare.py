@@ -1,0 +1,57 @@
+"""Comparing two materialized state trees: where a replay's state differs from the recording's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..leaves import LEAF_KINDS
+from ..logs import same_value
+
+__all__ = ["diff_nodes"]
+
+
+_LEAF_NODES = (*LEAF_KINDS, "torchdtype", "torchdevice", "npdtype")
+
+
+def _json(node: Any) -> str:
+    return json.dumps(node, sort_keys=True, default=str)
+
+
+def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
+    """Paths of the leaves where two materialized trees differ (hashes, values or shapes)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.get("t") != b.get("t"):
+            return [path or "<root>"]
+        if "h" in a or "h" in b:  # a packed leaf's own hash is "x" ("h" names its pack)
+            same = a.get("x", a.get("h")) == b.get("x", b.get("h")) \
+                and a.get("shape") == b.get("shape") and a.get("dtype") == b.get("dtype")
+            return [] if same else [path or "<root>"]
+        out: list[str] = []
+        if a["t"] in _LEAF_NODES:  # no children: the same JSON is the same value (NaN included)
+            return [] if _json(a) == _json(b) else [path or "<root>"]
+        if a["t"] in ("set", "frozenset"):
+            same = sorted(map(_json, a.get("v", []))) == sorted(map(_json, b.get("v", [])))
+            return [] if same else [path or "<root>"]
+        if a["t"] in ("namedtuple", "dataclass", "npbitgen") and a.get("cls") != b.get("cls"):
+            return [path or "<root>"]
+        if a["t"] == "namedtuple" and a.get("k") != b.get("k"):
+            return [f"{path}.<fields>"]
+        if a["t"] in ("dict", "odict", "object", "stateful", "dataclass") and isinstance(a.get("v"), (dict, list)):
+            if a["t"] in ("object", "stateful", "dataclass"):
+                return diff_nodes(a["v"], b["v"], path)
+            ka, kb = a["k"], b["k"]
+            if ka != kb:
+                return [f"{path}.<keys>"]
+            for k, va, vb in zip(ka, a["v"], b["v"]):
+                out += diff_nodes(va, vb, f"{path}.{k}" if path else str(k))
+            return out
+        if a["t"] in ("list", "tuple", "namedtuple"):
+            if len(a["v"]) != len(b["v"]):
+                return [f"{path}.<length>"]
+            for i, (va, vb) in enumerate(zip(a["v"], b["v"])):
+                out += diff_nodes(va, vb, f"{path}[{i}]")
+            return out
+        return out + diff_nodes(a.get("v"), b.get("v"), path)
+    return [] if same_value(a, b, exact_type=True) else [path or "<root>"]

@@ -1,0 +1,219 @@
+"""Encoding objects into a state tree: ``snapshot`` walks them (``_Encoder``), copies every
+tensor so training may go on, and hands back a ``Pending`` for the writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import StateError, warn
+from ..leaves import encode_leaf, sort_key
+from ..store.manifest import NP_BITGENS, NP_KINDS
+from .cache import TreeCache
+from .nodes import _PRIMITIVES, _qualname
+from .pending import BufferPool, Pending, _is_plain_tensor
+
+__all__ = ["snapshot"]
+
+
+_PICKLED_TYPES: set[str] = set()  # warned about once each
+
+
+class _Encoder:
+    def __init__(self, copy: bool, pool: BufferPool | None = None) -> None:
+        self.copy = copy  # False when hashing in place (verification), True for a snapshot
+        self.pool = pool
+        self.pending = Pending(tree=None, pool=pool)
+        self._active: set[int] = set()
+        self._stream: Any = None
+
+    def _copy_cuda(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Device-to-host copy on a side stream; the training stream waits for it on the GPU
+        (not the host) before it may change ``src`` again."""
+        if self._stream is None:
+            self._stream = _side_stream(src.device)
+            self._stream.wait_stream(torch.cuda.current_stream(src.device))
+        with torch.cuda.stream(self._stream):
+            dst.copy_(src, non_blocking=True)
+        src.record_stream(self._stream)
+
+    def finish(self) -> Pending:
+        if self._stream is not None:
+            event = torch.cuda.Event()
+            event.record(self._stream)
+            torch.cuda.current_stream(self._stream.device).wait_stream(self._stream)
+            self.pending.ready = event
+        return self.pending
+
+    def tensor(self, t: torch.Tensor, path: str) -> dict:
+        if not _is_plain_tensor(t):
+            return self.pickled(t, path)
+        node = {
+            "t": "tensor", "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+            "device": str(t.device), "rg": bool(t.requires_grad),
+        }
+        data = t.detach()
+        if data.is_conj():
+            data = data.resolve_conj()
+        if data.is_neg():
+            data = data.resolve_neg()
+        cuda = data.device.type == "cuda"
+        if self.copy and self.pool is not None and (cuda or data.device.type == "cpu"):
+            nbytes = data.numel() * data.element_size()
+            buf = self.pool.take(nbytes, pinned=cuda)
+            self.pending.buffers.append(buf)
+            dst = buf.view(data.dtype).view(data.shape) if nbytes else torch.empty(data.shape, dtype=data.dtype)
+            if cuda:
+                self._copy_cuda(data, dst)
+            else:
+                dst.copy_(data)
+            data = dst
+        elif data.device.type != "cpu":
+            data = data.to("cpu", memory_format=torch.contiguous_format)
+        elif self.copy or not data.is_contiguous():
+            data = data.clone(memory_format=torch.contiguous_format)
+        self.pending.tensors.append((node, data))
+        return node
+
+    def pickled(self, obj: Any, path: str) -> dict:
+        import cloudpickle
+
+        try:
+            data = cloudpickle.dumps(obj)
+        except Exception as exc:  # any pickling failure means: this object cannot be captured
+            raise StateError(
+                f"cannot capture {path} of type {_qualname(obj)}: it is not a tensor, container, "
+                f"stateful object or picklable value ({exc}); pass its state_dict-bearing owner "
+                "to SkipBlock.end instead"
+            ) from exc
+        cls = _qualname(obj)
+        if self.copy and cls not in _PICKLED_TYPES:  # recording: say it once per type
+            _PICKLED_TYPES.add(cls)
+            warn(f"{path or 'a value'} is a {cls}, which flor can store only with pickle; a replay loads it "
+                 "only from a checkpoint signed with your own key (made in flor's config folder, see "
+                 "FLOR_CONFIG_DIR) or with --flor_trust_pickles. Pass end() plain values or objects with "
+                 "state_dict() to avoid pickle")
+        node = {"t": "pickle", "cls": cls}
+        self.pending.raw.append((node, data))
+        return node
+
+    def raw(self, kind: str, data: bytes) -> dict:
+        node = {"t": kind}
+        self.pending.raw.append((node, data))
+        return node
+
+    def encode(self, obj: Any, path: str) -> Any:
+        if type(obj) in _PRIMITIVES:
+            return obj
+        leaf = encode_leaf(obj)  # before the primitives: an IntEnum is an int, but keeps its type
+        if leaf is not None:
+            return leaf
+        if isinstance(obj, _PRIMITIVES):
+            return obj
+        if type(obj) in (bytes, bytearray):
+            return self.raw(type(obj).__name__, bytes(obj))
+        if isinstance(obj, torch.dtype):
+            return {"t": "torchdtype", "v": str(obj).removeprefix("torch.")}
+        if isinstance(obj, torch.device):
+            return {"t": "torchdevice", "v": str(obj)}
+        if isinstance(obj, np.dtype) and obj.kind in NP_KINDS and obj.fields is None and not obj.hasobject:
+            return {"t": "npdtype", "v": obj.str}
+        if isinstance(obj, torch.Tensor):
+            return self.tensor(obj, path)
+        if isinstance(obj, np.ndarray):
+            if obj.dtype.hasobject:
+                return self.pickled(obj, path)
+            node = {"t": "ndarray", "dtype": obj.dtype.str, "shape": list(obj.shape)}
+            self.pending.tensors.append((node, torch.from_numpy(np.ascontiguousarray(obj).copy()).view(torch.uint8)
+                                         if obj.size else torch.empty(0, dtype=torch.uint8)))
+            return node
+        if isinstance(obj, np.generic) and obj.dtype.kind in NP_KINDS:
+            if obj.dtype.kind in "mM":  # dates and durations of any unit: their int64 count
+                return {"t": "npscalar", "dtype": obj.dtype.str, "v": int(obj.view(np.int64))}
+            return {"t": "npscalar", "dtype": obj.dtype.str, "v": self.encode(obj.item(), path)}
+        if id(obj) in self._active:
+            raise StateError(
+                f"cannot capture {path}: it contains itself (a reference cycle); pass the objects "
+                "inside it to SkipBlock.end separately"
+            )
+        self._active.add(id(obj))
+        try:
+            return self._encode_container(obj, path)
+        finally:
+            self._active.discard(id(obj))
+
+    def _encode_container(self, obj: Any, path: str) -> Any:
+        if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+            if all(type(x) in _PRIMITIVES for x in obj):  # fast path: e.g. Python's RNG state
+                return {"t": type(obj).__name__, "v": list(obj)}
+            return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}[{i}]") for i, x in enumerate(obj)]}
+        if isinstance(obj, dict) and type(obj) in (dict, OrderedDict):
+            node = {
+                "t": "odict" if type(obj) is OrderedDict else "dict",
+                "k": [self.encode(k, f"{path}.<key>") for k in obj],
+                "v": [self.encode(v, f"{path}.{k}") for k, v in obj.items()],
+            }
+            meta = getattr(obj, "_metadata", None)
+            if meta is not None:  # Module.state_dict() versions, used by load_state_dict
+                node["meta"] = self.encode(dict(meta), f"{path}._metadata")
+            return node
+        if isinstance(obj, torch.Generator):
+            return {"t": "generator", "device": str(obj.device), "v": self.tensor(obj.get_state(), path)}
+        if isinstance(obj, random.Random):
+            return {"t": "pyrandom", "v": self.encode(obj.getstate(), path)}
+        if isinstance(obj, np.random.RandomState):
+            return {"t": "nprandomstate", "v": self.encode(obj.get_state(legacy=False), path)}
+        if isinstance(obj, np.random.Generator):
+            return {"t": "npgenerator", "v": self.encode(obj.bit_generator.state, path)}
+        if isinstance(obj, np.random.BitGenerator) and type(obj).__name__ in NP_BITGENS:
+            return {"t": "npbitgen", "cls": type(obj).__name__, "v": self.encode(obj.state, path)}
+        if type(obj) in (set, frozenset):
+            items = sorted(obj, key=sort_key)
+            return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}{{}}") for x in items]}
+        if isinstance(obj, tuple) and isinstance(getattr(type(obj), "_fields", None), tuple):
+            return {"t": "namedtuple", "cls": _qualname(obj), "k": list(type(obj)._fields),
+                    "v": [self.encode(x, f"{path}.{k}") for k, x in zip(type(obj)._fields, obj)]}
+        if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
+            return {"t": "stateful", "cls": _qualname(obj), "v": self.encode(obj.state_dict(), path)}
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
+            attrs.update((k, v) for k, v in getattr(obj, "__dict__", {}).items() if k not in attrs)
+            return {"t": "dataclass", "cls": _qualname(obj), "v": self.encode(attrs, path)}
+        if isinstance(obj, (list, tuple, dict, set, frozenset)):  # a Counter, a defaultdict: their vars() miss the data
+            return self.pickled(obj, path)
+        if hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
+            return {"t": "object", "cls": _qualname(obj), "v": self.encode(dict(vars(obj)), path)}
+        return self.pickled(obj, path)
+
+
+def snapshot(objs: Any, *, copy: bool = True, path: str = "", pool: BufferPool | None = None,
+             cache: TreeCache | None = None) -> Pending:
+    """Encode ``objs``; with ``copy`` every tensor is copied so training may go on at once
+    (into ``pool``'s reusable buffers when given). With ``cache`` (one per block), a snapshot
+    of objects that kept their structure since the last one takes the fast path
+    (``TreeCache``)."""
+    if cache is not None and copy:
+        fast = cache.snapshot(objs)
+        if fast is not None:
+            return fast
+    enc = _Encoder(copy=copy, pool=pool)
+    enc.pending.tree = enc.encode(objs, path)
+    pending = enc.finish()
+    if cache is not None and copy:
+        cache.learn(objs, pending)
+    return pending
+
+
+_STREAMS: dict[Any, Any] = {}
+
+
+def _side_stream(device: torch.device) -> Any:
+    if device not in _STREAMS:
+        _STREAMS[device] = torch.cuda.Stream(device=device)
+    return _STREAMS[device]
