@@ -248,3 +248,15 @@ def test_a_variable_the_loop_never_changed_is_left_as_the_worker_set_it(tmp_path
         assert "tag" in left and "count" not in left and ("late" in left) == (after < 3), left
         checked.add(after < 3)
     assert checked == {True, False}, "a worker started before the change of `late` and one after"
+
+
+def test_the_unchanged_names_of_an_outer_state_line_are_checked(tmp_path):
+    """outer-state.jsonl is read from a store: what it says is unchanged is only ever names."""
+    from flor.engine.outer import read_outer_state
+
+    path = tmp_path / "outer-state.jsonl"
+    lines = [{"epoch": 0, "vars": {"a": 1}, "unchanged": "a"},  # not a list: nothing is taken as unchanged
+             {"epoch": 1, "vars": {"a": 1, "b": 2}, "unchanged": [1, "b", None, {"x": 1}]},
+             {"epoch": 2, "vars": {"a": 1}}]  # an older flor: no field
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert [read_outer_state(path, e)["unchanged"] for e in range(3)] == [[], ["b"], []]
