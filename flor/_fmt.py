@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["clock", "human_size", "progress", "span"]
+__all__ = ["clock", "human_size", "listed", "progress", "span"]
 
 
 def human_size(n: float, *, base: int = 1024) -> str:
@@ -21,6 +21,15 @@ def human_size(n: float, *, base: int = 1024) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= base
     return f"{n:.1f} GB"  # pragma: no cover
+
+
+def listed(names: Sequence[str], most: int) -> str:
+    """Names for a message: the first ``most`` of them, then how many more.
+
+    >>> listed(["a", "b", "c"], 2), listed(["a"], 2)
+    ('a, b and 1 more', 'a')
+    """
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def span(r: range | Sequence[int] | None) -> str:

@@ -11,6 +11,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection
 
+from ._fmt import listed
+
 __all__ = ["BlockEvent", "Summary", "compare_logs", "non_logging_changes"]
 
 CAUSE_NOT_PASSED = "an object changed inside the block was not passed to end()"
@@ -268,8 +270,8 @@ class Summary:
             lines.append(f"  {block}: {label}: {where}")
         for e in self.events:
             if e.action == "diverged":
-                shown = ", ".join(e.tensors[:8]) + (f" and {len(e.tensors) - 8} more" if len(e.tensors) > 8 else "")
-                lines.append(f"  DIVERGED at epoch {e.epoch}, block {e.block!r}: {shown}; likely cause: {e.cause}")
+                lines.append(f"  DIVERGED at epoch {e.epoch}, block {e.block!r}: {listed(e.tensors, 8)}; "
+                             f"likely cause: {e.cause}")
         lines.append(f"  logs: {self.shared_logs} values logged in both record and replay, "
                      f"{self.shared_logs - len(self.log_mismatches)} equal"
                      + (f"; hindsight values: {', '.join(self.hindsight)}" if self.hindsight else ""))

@@ -219,11 +219,21 @@ class LoopFrame:
             elif type(value) not in _SCALARS:
                 self.before[name] = _fingerprint(value)
         self.ignored |= self.targets
-        self.initial = {name: _same_key(v) for name, v in self.capture()["vars"].items()}
-        self.touched = set()  # that capture compared with nothing yet
+        self.initial = {name: _same_key(v) for name, v in self._plain().items()}
 
     def capture(self, passed: Iterable[int] = ()) -> dict[str, Any]:
-        """``{"vars": {name: encoded}, "unrestorable": [names]}`` of the frame now."""
+        """``{"vars": {name: encoded}, "unrestorable": [names], "unchanged": [names]}`` of the
+        frame now; unchanged: the variables that held their loop-start value at every capture."""
+        out = self._plain(passed)
+        initial, touched = self.initial, self.touched
+        for name, value in out.items():
+            if name not in touched and (name not in initial or _same_key(value) != initial[name]):
+                touched.add(name)
+        return {"vars": out, "unrestorable": sorted(self.changed - out.keys()),
+                "unchanged": sorted(name for name in out if name not in touched)}
+
+    def _plain(self, passed: Iterable[int] = ()) -> dict[str, Any]:
+        """``{name: encoded}`` of the frame's plain-data variables now; names the others."""
         out: dict[str, Any] = {}
         passed = set(passed)
         ignored, static = self.ignored, self.static
@@ -256,12 +266,7 @@ class LoopFrame:
             if len(out) >= MAX_VARS:
                 self.too_many = True
                 break
-        initial, touched = self.initial, self.touched
-        for name, value in out.items():
-            if name not in touched and (name not in initial or _same_key(value) != initial[name]):
-                touched.add(name)
-        return {"vars": out, "unrestorable": sorted(self.changed - out.keys()),
-                "unchanged": sorted(name for name in out if name not in touched)}
+        return out
 
     def _not_plain(self, name: str, value: Any, passed: set[int]) -> None:
         """``name`` holds what cannot be noted: named when it was there before the loop and the

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from .._fmt import listed
 from ..errors import CheckpointError, FlorError, ReplayError, StateError
 from ..logs import LogWriter, record_key, same_value
 from ..store.layout import RunLayout
@@ -275,7 +276,7 @@ class ReplaySession(Session):
                           "before the loop; replay with --flor_strong if they matter")
                 return
             values, missing = {}, list(rec["unrestorable"])
-            own = sorted(set(rec["unchanged"]) & set(rec["vars"]))
+            own = set(rec["unchanged"]) & set(rec["vars"])
             for name, node in rec["vars"].items():
                 if name in own:  # the loop had not changed it: as this worker's code before the loop set it
                     continue
@@ -286,13 +287,11 @@ class ReplaySession(Session):
             missing += loop.restore(values)
             self.outer_restored = sorted(set(values) - set(missing))
             if self.outer_restored:
-                shown = ", ".join(self.outer_restored[:12]) + (
-                    f" and {len(self.outer_restored) - 12} more" if len(self.outer_restored) > 12 else "")
-                self.note(f"outer-loop variables restored as recorded at the end of epoch {after}: {shown}")
+                self.note(f"outer-loop variables restored as recorded at the end of epoch {after}: "
+                          f"{listed(self.outer_restored, 12)}")
             if own:
-                shown = ", ".join(own[:12]) + (f" and {len(own) - 12} more" if len(own) > 12 else "")
                 self.note(f"outer-loop variables the recording's loop had not changed by epoch {after}, left as "
-                          f"this worker set them before the loop: {shown}")
+                          f"this worker set them before the loop: {listed(sorted(own), 12)}")
         finally:
             loop.close()
         if missing:
@@ -545,3 +544,4 @@ def _script_sha256() -> str | None:
         return hashlib.sha256(Path(sys.argv[0]).read_bytes()).hexdigest() if sys.argv and sys.argv[0] else None
     except OSError:
         return None
+

@@ -135,8 +135,8 @@ class TreeCache:
             self.off = True  # NaN, or a walk that differs from the encoder's: always encode in full
             return
         self.sig, self.template = sig, pending.tree
-        self.nbytes = sum(t.numel() * t.element_size() for t in tensors)
         dsts = _BufferSet(d for _, d in pending.tensors)  # this snapshot's copies: the block's first buffer set
+        self.nbytes = dsts.nbytes
         if all(d.device.type == "cpu" and d.is_contiguous() for d in dsts):
             self.sets = 1
             pending.pool, pending.buffers = None, []

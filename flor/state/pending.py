@@ -192,7 +192,7 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     around the page cache is assembled in a page-aligned buffer.
     """
     blobs: list[tuple[memoryview | bytes, str]] = []
-    small: list[tuple[dict, memoryview | bytes, str]] = []
+    small: list[tuple[dict, memoryview | bytes, int, str]] = []
     leaves = [(node, data, memoryview(data).nbytes) for part in parts for node, data in part.leaves()]
     if sum(n for _, _, n in leaves) <= pack_all:
         threshold = pack_all + 1
@@ -204,14 +204,13 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
             node["h"] = digest
             blobs.append((data, digest))
         else:
-            small.append((node, data, digest))
+            small.append((node, data, nbytes, digest))
     known = index.where if index is not None else {}
     chunks: list[memoryview | bytes] = []
     offsets: dict[str, tuple[int, int]] = {}
     size = 0
-    for _, data, digest in small:
+    for _, data, n, digest in small:
         if digest not in known and digest not in offsets:
-            n = memoryview(data).nbytes
             offsets[digest] = (size, n)
             chunks.append(data)
             size += n
@@ -221,7 +220,7 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
         pack_hash = hash_bytes(pack)
         blobs.append((pack, pack_hash))
         entries = {d: (pack_hash, o, n) for d, (o, n) in offsets.items()}
-    for node, _, digest in small:
+    for node, _, _, digest in small:
         where = entries.get(digest) or known[digest]
         node["h"], node["o"], node["n"], node["x"] = where[0], where[1], where[2], digest
     return blobs, entries
