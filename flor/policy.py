@@ -11,7 +11,7 @@ __all__ = ["CHARGE_IDLE", "CHARGE_SHARED", "CheckpointPolicy"]
 
 #: what the budget is charged with, as run.json's ``checkpoint_policy.charged`` and the exit line say
 CHARGE_SHARED = "stall + writer CPU (cores shared)"
-CHARGE_IDLE = "stall + writer's GIL time (GPU training, an idle core)"
+CHARGE_IDLE = "stall + writer's GIL time (a core idle beside training)"
 
 
 @dataclass
@@ -20,12 +20,12 @@ class CheckpointPolicy:
 
     What counts (``charge``): the training thread's stall, and the background writer's time
     holding the GIL (hashing, the manifest: the training thread may wait for it), always; where
-    the writer shares the cores with training (training on the CPU, or a GPU run whose cores
-    were all busy since the last checkpoint, ``CHARGE_SHARED``) all of the writer's CPU time.
-    The writer is a thread of the training process: measured on the digits CNN (one torch
-    thread, two cores), a checkpoint lengthened the epoch by more than the stall plus all of
-    the writer's CPU, not by its CPU divided by the cores. With training on a GPU and a core
-    that sat idle (``CHARGE_IDLE``) the writer's I/O runs there for free. The cost of each block's
+    the writer shares the cores with training (every core was busy since the last checkpoint,
+    ``CHARGE_SHARED``: CPU training with a thread per core, a GPU run whose DataLoader workers
+    fill the cores, a busy node) all of the writer's CPU time. Where a core sat idle
+    (``CHARGE_IDLE``: a GPU run, CPU training with fewer threads than cores) the writer's I/O
+    runs there for free. Measured on the digits CNN, both charges are at or above what a
+    checkpoint lengthened its epoch by (flor.engine.record, ``_choose_charge``). The cost of each block's
     last checkpoint is the estimate for its next one, and is measured again every time (model
     size, disk speed and contention change during a run). An epoch is checkpointed when the
     cost so far plus that estimate stays within budget; so an expensive checkpoint thins out

@@ -32,13 +32,13 @@ from flor.errors import CheckpointError
 from flor.placement import IdleMeter, cores
 from flor.policy import CHARGE_IDLE, CHARGE_SHARED
 from flor.state import (
-    PackIndex, TreeCache, capture_rng, decode, diff_nodes, hash_and_pack, restore, restore_rng, snapshot,
+    PACK_ALL_BYTES, PACK_LEAF_BYTES, PackIndex, TreeCache, capture_rng, decode, diff_nodes, hash_and_pack, restore, restore_rng, snapshot,
 )
 from flor.state.pending import _aligned_empty
 from flor.store.blobs import BlobStore
 from flor.store.hashing import hash_bytes
 from flor.store.local import DIRECT_MIN, PAGE, LocalBackend, _address, _write_direct
-from flor.store.manifest import check_node, seal
+from flor.store.manifest import canonical_json, check_node, seal
 
 
 def materialized(pending) -> tuple[dict, dict]:
@@ -49,6 +49,41 @@ def materialized(pending) -> tuple[dict, dict]:
 
 def full(objs) -> dict:
     return json.loads(json.dumps(snapshot(objs, copy=False).materialize()))
+
+
+@pytest.mark.parametrize("layout", ["one pack", "own blobs", "mixed"])
+def test_the_rendered_tree_text_is_its_canonical_json(layout):
+    """The writer renders a fast snapshot's manifest text from the block's template instead of
+    building the tree and serializing it; it must be byte for byte ``canonical_json`` of the
+    tree (a reader re-serializes the parsed manifest to check its sha256), whatever the values
+    became: NaN and infinities, escapes and non-ASCII text, None, and leaves in a pack
+    (``"n"``, ``"o"``, ``"x"``) or in their own blobs."""
+    net, opt, sched, scaler = make_training()
+    big = torch.nn.Linear(200, 100)  # a 80 KB weight: its own blob unless everything is packed
+    train_steps(net, opt, sched, n=2)
+    objs = [net, opt, sched, scaler, big, 7, 0.5, "tag", None, True, {"k": 1.0, "e": "x"}]
+    cache, index = TreeCache(), PackIndex()
+    snapshot(objs, cache=cache).release()
+    assert not cache.off and cache.sig is not None, "learned"
+    pack_all, threshold = {"one pack": (PACK_ALL_BYTES, PACK_LEAF_BYTES), "own blobs": (-1, 0),
+                           "mixed": (0, PACK_LEAF_BYTES)}[layout]
+    values = [(8, float("nan"), "ünï \"q\" \\ \n\t\x01", None, False, {"k": float("inf"), "e": ""}),
+              (9, -0.0, "", "now a str", True, {"k": 1e-300, "e": "\u2603"}),  # another type: a new template
+              (-3, float("-inf"), "</script>", "", False, {"k": 1e300, "e": "/"})]
+    for v in values:
+        train_steps(net, opt, sched, n=1)
+        retyped = type(objs[8]) is not type(v[3])
+        objs[5:] = list(v)
+        if retyped:  # the full encoding learns the new template
+            snapshot(objs, cache=cache).release()
+        pending = snapshot(objs, cache=cache)
+        assert pending.build is not None, "the fast path"
+        _, packed = hash_and_pack([pending], index, threshold=threshold, pack_all=pack_all)
+        index.remember(packed)
+        text = pending.canonical()
+        assert pending.light is not None, "rendered, the tree not built"
+        assert text == canonical_json(pending.built())
+        pending.release()
 
 
 def test_fast_snapshot_is_the_full_encoding_and_a_copy():

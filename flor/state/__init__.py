@@ -49,7 +49,7 @@ from __future__ import annotations
 from .cache import TreeCache
 from .compare import diff_nodes
 from .decode import REFUSE_PICKLES, PickleTrust, decode, restore, restore_all
-from .encode import snapshot
+from .encode import snapshot, snapshot_rng
 from .nodes import Loader
 from .pending import PACK_ALL_BYTES, PACK_LEAF_BYTES, BufferPool, PackIndex, Pending, hash_and_pack
 from .rng import RNG_BYTES, capture_rng, restore_rng
@@ -73,4 +73,5 @@ __all__ = [
     "restore_all",
     "restore_rng",
     "snapshot",
+    "snapshot_rng",
 ]

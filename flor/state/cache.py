@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 from collections import OrderedDict
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import torch
 
+from ..store.manifest import canonical_json
 from .nodes import _PRIMITIVE_SET, _TORCH_DTYPES
 from .pending import Pending, _empty_like, _tensor_bytes
 
@@ -88,6 +91,95 @@ class _NotTemplate(Exception):
     pass
 
 
+_MARK = "\x00flor{}\x00"  # a slot in the marked tree; in canonical JSON: "\u0000flor7\u0000"
+_SLOT = re.compile(r'"\\u0000flor(\d+)\\u0000"')
+_X_KEY = ',"x":'
+_NAN = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+class _Text:
+    """A template's canonical JSON with holes: static text between the slots of its plain
+    values (in walk order) and of each tensor node's hashes, filled in per checkpoint.
+
+    Made by serializing the template once with a marker in every slot (``canonical_json``
+    sorts every node's keys, and a node's keys do not depend on its values, so the text
+    between the markers is the same for every checkpoint that kept the signature). A tensor
+    node gets ``"h"`` (with ``"n"`` and ``"o"`` where its leaf is in a pack, which sort right
+    after it) and, in a pack, ``"x"``.
+    """
+
+    def __init__(self, template: Any) -> None:
+        used: list[int] = []
+
+        def vals() -> Any:
+            for i in itertools.count():
+                used.append(i)
+                yield _MARK.format(i)
+
+        nodes: list[dict] = []
+        marked = _build(template, vals(), nodes)
+        first = len(used)
+        for j, node in enumerate(nodes):
+            node["h"], node["x"] = _MARK.format(first + 2 * j), _MARK.format(first + 2 * j + 1)
+        pieces = _SLOT.split(canonical_json(marked))  # static, slot, static, slot, ..., static
+        self.static = pieces[0::2]
+        self.slots = [int(i) for i in pieces[1::2]]
+        self.first = first
+        for k, slot in enumerate(self.slots):
+            if slot >= first and (slot - first) % 2:  # an "x": its key is rendered with it
+                if not self.static[k].endswith(_X_KEY):
+                    raise _NotTemplate("x")
+                self.static[k] = self.static[k][:-len(_X_KEY)]
+
+    @classmethod
+    def checked(cls, template: Any, vals: list) -> _Text | None:
+        """The template's text, if it renders exactly what ``canonical_json`` gives for the tree
+        built from ``vals``, with both kinds of tensor node; else None (the writer serializes
+        the built tree, as before)."""
+        try:
+            text = cls(template)
+            nodes: list[dict] = []
+            tree = _build(template, iter(vals), nodes)
+        except (_NotTemplate, StopIteration, KeyError, TypeError, ValueError):
+            return None
+        for j, node in enumerate(nodes):
+            node["h"] = f"{j:032x}"
+            if j % 2:
+                node["n"], node["o"], node["x"] = j, 7 * j, f"{j + 1:032x}"
+        return text if text.render(vals, nodes) == canonical_json(tree) else None
+
+    def render(self, vals: list, nodes: list[dict]) -> str:
+        out = [self.static[0]]
+        first = self.first
+        for slot, static in zip(self.slots, self.static[1:]):
+            if slot < first:
+                out.append(_value(vals[slot]))
+            else:
+                node = nodes[(slot - first) >> 1]
+                if (slot - first) & 1:
+                    if "x" in node:
+                        out.append(f'{_X_KEY}"{node["x"]}"')
+                elif "o" in node:
+                    out.append(f'"{node["h"]}","n":{node["n"]},"o":{node["o"]}')
+                else:
+                    out.append(f'"{node["h"]}"')
+            out.append(static)
+        return "".join(out)
+
+
+def _value(v: Any) -> str:
+    """``canonical_json`` of a plain value (None, bool, int, float, str)."""
+    t = type(v)
+    if t is str:
+        return encode_basestring_ascii(v)
+    if t is float:
+        text = float.__repr__(v)
+        return _NAN.get(text, text)
+    if t is int:
+        return int.__repr__(v)
+    return "null" if v is None else "true" if v is True else "false" if v is False else canonical_json(v)
+
+
 class TreeCache:
     """One block's snapshot structure, reused while its objects keep it (issue #13).
 
@@ -114,6 +206,7 @@ class TreeCache:
         self.sets = 0  # buffer sets made
         self._free: list[_BufferSet] = []
         self._lock = threading.Lock()
+        self._text: tuple[Any, _Text | None] | None = None  # (template, its text), made on the writer
 
     def learn(self, objs: Any, pending: Pending) -> None:
         """Keep the tree ``pending`` encoded in full as the template, if the fast walk agrees with it."""
@@ -165,7 +258,16 @@ class TreeCache:
             return _build(template, iter(vals), nodes), nodes
 
         return Pending(tree=None, tensors=[(None, d) for d in dsts], build=build,  # type: ignore[misc]
-                       on_release=lambda: self._give(dsts, sig), buffer_set=dsts)
+                       on_release=lambda: self._give(dsts, sig), buffer_set=dsts,
+                       render=lambda light: self._render(template, vals, light))
+
+    def _render(self, template: Any, vals: list, light: list[dict]) -> str | None:
+        """The canonical JSON of the tree ``template`` and ``vals`` make, its tensor nodes'
+        hashes taken from ``light``; on the writer. None where the template has no text."""
+        cached = self._text
+        if cached is None or cached[0] is not template:
+            cached = self._text = (template, _Text.checked(template, vals))
+        return cached[1].render(vals, light) if cached[1] is not None else None
 
     def _take(self, like: list[torch.Tensor]) -> _BufferSet:
         with self._lock:
