@@ -89,6 +89,7 @@ class RecordSession(Session):
         self.background_cpu_s = 0.0
         self.background_seen = 0.0  # background_cpu_s at the last idle-core reading
         self.idle_meter = IdleMeter()  # restarted when the loop starts
+        self.charge_read = False  # whether the writer has chosen the charge (flor.policy) yet
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
         self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
@@ -314,10 +315,12 @@ class RecordSession(Session):
         1.2 ms, its CPU 2.9 ms); with two torch threads, by 3.5 ms (stall 0.6 ms, writer's
         CPU 3.0 ms). Both charges are at or above what the checkpoint took.
 
-        Read at most every ``IDLE_EVERY_S`` (the charge stays as it was in between): reading
-        ``/proc/stat`` cost the writer 0.1-0.3 ms of CPU per checkpoint of the CNN."""
-        if time.perf_counter() - self.idle_meter.last[1] < IDLE_EVERY_S:
+        Read at the first checkpoint, then at most every ``IDLE_EVERY_S`` (the charge stays as
+        it was in between): reading ``/proc/stat`` cost the writer 0.1-0.3 ms of CPU per
+        checkpoint of the CNN."""
+        if self.charge_read and time.perf_counter() - self.idle_meter.last[1] < IDLE_EVERY_S:
             return
+        self.charge_read = True
         idle = self.idle_meter.idle(exclude_s=self.background_cpu_s - self.background_seen)
         self.background_seen = self.background_cpu_s
         self.policy.charge = CHARGE_IDLE if idle is not None and idle >= IDLE_CORE else CHARGE_SHARED
