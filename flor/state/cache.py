@@ -127,9 +127,14 @@ class _Text:
         self.first = first
         for k, slot in enumerate(self.slots):
             if slot >= first and (slot - first) % 2:  # an "x": its key is rendered with it
-                if not self.static[k].endswith(_X_KEY):
+                if not self.static[k].endswith(_X_KEY) or self.slots[k - 1] != slot - 1:
                     raise _NotTemplate("x")
                 self.static[k] = self.static[k][:-len(_X_KEY)]
+        self.pieces = [""] * (2 * len(self.slots) + 1)
+        self.pieces[0::2] = self.static
+        self.value_at = [(2 * k + 1, slot) for k, slot in enumerate(self.slots) if slot < first]
+        self.hash_at = [(2 * k + 1, (slot - first) >> 1) for k, slot in enumerate(self.slots)
+                        if slot >= first and not (slot - first) % 2]
 
     @classmethod
     def checked(cls, template: Any, vals: list) -> _Text | None:
@@ -149,21 +154,14 @@ class _Text:
         return text if text.render(vals, nodes) == canonical_json(tree) else None
 
     def render(self, vals: list, nodes: list[dict]) -> str:
-        out = [self.static[0]]
-        first = self.first
-        for slot, static in zip(self.slots, self.static[1:]):
-            if slot < first:
-                out.append(_value(vals[slot]))
-            else:
-                node = nodes[(slot - first) >> 1]
-                if (slot - first) & 1:
-                    if "x" in node:
-                        out.append(f'{_X_KEY}"{node["x"]}"')
-                elif "o" in node:
-                    out.append(f'"{node["h"]}","n":{node["n"]},"o":{node["o"]}')
-                else:
-                    out.append(f'"{node["h"]}"')
-            out.append(static)
+        out = self.pieces.copy()  # static text at even places, the slots' text goes at odd ones
+        for at, i in self.value_at:
+            out[at] = _value(vals[i])
+        for at, j in self.hash_at:
+            node = nodes[j]
+            out[at] = f'"{node["h"]}","n":{node["n"]},"o":{node["o"]}' if "o" in node else f'"{node["h"]}"'
+            if "x" in node:
+                out[at + 2] = f'{_X_KEY}"{node["x"]}"'
         return "".join(out)
 
 

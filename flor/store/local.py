@@ -86,6 +86,7 @@ class LocalBackend:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._root = str(self.root)
 
     def path(self, key: str) -> Path:
         """Where ``key`` lives; a StorageError for a key that could leave the store."""
@@ -98,28 +99,37 @@ class LocalBackend:
                                "remove that link (`flor verify NAME` lists such problems)")
         return path
 
-    def _destination(self, key: str) -> Path:
+    def _destination(self, key: str) -> str:
         """Where a write of ``key`` goes, its folder made, never through a symbolic link out of the
         store. Where every folder from the root down is a plain folder (``lstat``: a few us) the
-        path cannot leave the store; otherwise the full check (``contained``: resolving the path
-        costs the writer ~80 us, issue #13) runs before mkdir, which would follow a link."""
-        path = self.path(key)
-        folder = str(self.root)
+        path cannot leave the store, and a missing one is made with ``mkdir`` (which makes a
+        folder of its own name, never following a link); otherwise the full check (``contained``:
+        resolving the path costs the writer ~80 us, issue #13) runs before any folder is made.
+        A string: building ``Path`` objects cost the writer of a small model ~50 us a checkpoint."""
+        parts = check_key(key).split("/")
+        folder = self._root
         try:
-            for part in key.split("/")[:-1]:
+            for part in parts[:-1]:
                 folder += "/" + part
-                if not stat.S_ISDIR(os.lstat(folder).st_mode):  # a link (or a file): the full check
-                    raise FileNotFoundError(folder)
+                try:
+                    mode = os.lstat(folder).st_mode
+                except FileNotFoundError:
+                    os.mkdir(folder)  # in a plain folder: a plain folder
+                    continue
+                if not stat.S_ISDIR(mode):  # a link (or a file): the full check
+                    raise NotADirectoryError(folder)
         except OSError:
             path = self._inside(key, parent_only=True)
             path.parent.mkdir(parents=True, exist_ok=True)
-        return path
+            return str(path)
+        return folder + "/" + parts[-1]
 
     def write(self, key: str, data: bytes | memoryview, *, durable: bool = True) -> None:
-        dest, tmp = self.path(key), None
+        dest: str | None = None
+        tmp = None
         try:
             dest = self._destination(key)
-            tmp = dest.parent / tmp_name()
+            tmp = os.path.join(os.path.dirname(dest), tmp_name())
             with open(tmp, "xb") as fh:
                 fh.write(data)
                 if durable:
@@ -128,11 +138,12 @@ class LocalBackend:
             os.replace(tmp, dest)
             tmp = None  # renamed: nothing to clean up
         except OSError as exc:
-            raise StorageError(f"cannot write {dest}: {exc}; check free space and permissions") from exc
+            raise StorageError(f"cannot write {dest or self.root / key}: {exc}; check free space and "
+                               "permissions") from exc
         finally:
             if tmp is not None:  # a failed write (full disk) leaves no partial file taking the space
                 try:
-                    tmp.unlink()
+                    os.unlink(tmp)
                 except OSError:
                     pass
 
@@ -147,13 +158,14 @@ class LocalBackend:
         """
         if not items:
             return
-        staged: list[tuple[int | None, str, Path]] = []  # (fd, tmp path, dest)
+        staged: list[tuple[int | None, str, str]] = []  # (fd, tmp path, dest)
         try:
-            folders: dict[Path, None] = {}
+            folders: dict[str, None] = {}
             for key, data in items:
                 dest = self._destination(key)
-                folders[dest.parent] = None
-                tmp = str(dest.parent / tmp_name())
+                folder = os.path.dirname(dest)
+                folders[folder] = None
+                tmp = os.path.join(folder, tmp_name())
                 fd = os.open(tmp, _CREATE, 0o644)
                 staged.append((fd, tmp, dest))
                 if not _write_direct(fd, data):
@@ -278,7 +290,7 @@ def _datasync(fd: int) -> None:
     (getattr(os, "fdatasync", None) or os.fsync)(fd)
 
 
-def _sync_folder(path: Path) -> None:
+def _sync_folder(path: str | Path) -> None:
     """fsync a folder (its entries: the renames done in it); best effort."""
     try:
         fd = os.open(path, os.O_RDONLY)
