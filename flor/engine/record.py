@@ -276,6 +276,7 @@ class RecordSession(Session):
                 io_s = time.thread_time() - io0  # in system calls, the GIL released
                 self.packs.remember(packed)  # durable now: later checkpoints may point into these packs
             finally:
+                self.packs.give_back()  # its pack is written (or failed): the buffer may be reused
                 for part in parts:
                     part.release()
             head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
