@@ -7,11 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["CHARGE_IDLE", "CHARGE_SHARED", "CheckpointPolicy"]
+__all__ = ["CHARGE_IDLE", "CHARGE_SHARED", "IDLE_CORE", "CheckpointPolicy", "charge_for"]
 
 #: what the budget is charged with, as run.json's ``checkpoint_policy.charged`` and the exit line say
 CHARGE_SHARED = "stall + writer CPU (cores shared)"
 CHARGE_IDLE = "stall + writer's GIL time (a core idle beside training)"
+#: idle cores (on average since the last reading) that count as one the writer may use
+IDLE_CORE = 0.8
+
+
+def charge_for(idle: float | None) -> str:
+    """The charge for ``idle`` cores read since the last reading (``flor.placement.IdleMeter``;
+    None where they cannot be read): the writer's GIL time only where about a core sat idle.
+
+    >>> charge_for(1.0) == CHARGE_IDLE, charge_for(0.3) == CHARGE_SHARED, charge_for(None) == CHARGE_SHARED
+    (True, True, True)
+    """
+    return CHARGE_IDLE if idle is not None and idle >= IDLE_CORE else CHARGE_SHARED
 
 
 @dataclass

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from test_state import make_training, train_steps
 
 from flor.errors import CheckpointError
 from flor.placement import IdleMeter, cores
-from flor.policy import CHARGE_IDLE, CHARGE_SHARED
+from flor.policy import CHARGE_IDLE, CHARGE_SHARED, charge_for
 from flor.state import (
     PACK_ALL_BYTES, PACK_LEAF_BYTES, PackIndex, TreeCache, capture_rng, decode, diff_nodes, hash_and_pack, restore, restore_rng, snapshot,
 )
@@ -348,6 +350,25 @@ def test_idle_cores_are_read_from_proc_stat_and_leave_out_the_writer(tmp_path):
     write(10**6 + hz)  # one CPU-second on each core ...
     time.sleep(0.2)
     assert meter.idle(exclude_s=len(cpus)) == cores()  # ... all of it the writer's own
+
+
+def test_with_every_core_busy_the_writers_cpu_is_charged(runner):
+    """A CPU recording is charged the writer's GIL time only where a core sat idle (measured
+    on the digits CNN: one torch thread on two cores, a checkpoint took the stall plus less
+    than the writer's GIL time from its epoch). With every core kept busy by other processes
+    it is charged all of the writer's CPU, and says so."""
+    assert charge_for(cores() - 0.1) == CHARGE_IDLE and charge_for(0.5) == CHARGE_SHARED
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores())]
+    try:
+        time.sleep(0.5)
+        proc = runner.run(runner.script(), "--epochs", "3", "--flor", "busy")
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    policy = json.loads(next((runner.home / "busy" / "runs").glob("*/run.json")).read_text())["checkpoint_policy"]
+    assert policy["charged"] == CHARGE_SHARED and f"charged: {CHARGE_SHARED})" in proc.stderr
+    assert policy["charged_s"] == pytest.approx(policy["stall_s"] + policy["background_share_s"], abs=1e-5)
 
 
 def _o_direct_works(folder: Path) -> bool:

@@ -15,7 +15,7 @@ from ..logs import LogWriter
 from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
-from ..policy import CHARGE_IDLE, CHARGE_SHARED, CheckpointPolicy
+from ..policy import CheckpointPolicy, charge_for
 from ..runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import warn_forgotten
@@ -29,8 +29,7 @@ from ..store.hashing import hash_bytes
 from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes
 from ..store.trust import signer
 
-IDLE_CORE = 0.8  # idle cores (on average since the last reading) that count as one the writer may use
-IDLE_EVERY_S = 0.5  # how often the writer reads them (flor.placement.IdleMeter)
+IDLE_EVERY_S = 0.5  # how often the writer reads the idle cores (flor.placement.IdleMeter, flor.policy.charge_for)
 
 __all__ = ["RecordSession"]
 
@@ -324,7 +323,7 @@ class RecordSession(Session):
         self.charge_read = True
         idle = self.idle_meter.idle(exclude_s=self.background_cpu_s - self.background_seen)
         self.background_seen = self.background_cpu_s
-        self.policy.charge = CHARGE_IDLE if idle is not None and idle >= IDLE_CORE else CHARGE_SHARED
+        self.policy.charge = charge_for(idle)
 
     def _sealed_manifest(self, head: dict, objects: Any, rng: Any, rng_start: Any, *, nbytes: int, new_bytes: int,
                          block_s: float, snapshot_s: float) -> bytes:
