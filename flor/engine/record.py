@@ -249,6 +249,7 @@ class RecordSession(Session):
         t0 = time.perf_counter()
         try:
             cache = self.trees.get(name)
+            first = cache is None  # its one-time work is charged, but is no estimate (flor.policy)
             if cache is None:
                 cache = self.trees[name] = TreeCache(memory=self.writer.budget)
             objects = snapshot(list(objs), pool=self.pool, cache=cache)
@@ -293,13 +294,13 @@ class RecordSession(Session):
             self.background_cpu_s += cpu
             self.bytes_written += new_bytes
             held = max(cpu - io_s, 0.0)  # outside the system calls: holding the GIL
-            self.policy.observe_background(name, cpu, held=held)  # charged per policy.charge
+            self.policy.observe_background(name, cpu, held=held, first=first)  # charged per policy.charge
 
         if not self.writer.try_submit(job, nbytes, lambda exc: self._failed(name, epoch, exc), label=(name, epoch)):
             self._skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
             return
         stall = time.perf_counter() - t0  # the snapshot (the writer never makes training wait)
-        self.policy.observe(name, epoch, stall=stall)
+        self.policy.observe(name, epoch, stall=stall, first=first)
         self.meta.timings.setdefault("stall_s", []).append(round(stall, 6))
 
     def _choose_charge(self) -> None:
