@@ -18,7 +18,7 @@ setup(
     python_requires=">=3.9",
     # torch is required but not pinned here: install the build you want first
     # (on CPU-only machines: pip install torch==2.13.0 before this package).
-    # tensorboard: its own event writer makes flor's TensorBoard files; tqdm: progress bars
+    # tensorboard: to view the event files flor writes (flor.logs.tensorboard); tqdm: progress bars
     install_requires=["torch>=2.0", "numpy>=1.22", "xxhash>=3.0", "cloudpickle>=2.0", "tensorboard>=2.10", "tqdm>=4.60"],
     extras_require={
         "pandas": ["pandas>=1.5"],

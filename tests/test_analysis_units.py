@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -239,6 +240,33 @@ def test_event_writer_appends_and_closes_twice(tmp_path):
     ea.Reload()
     assert [(e.step, e.value, e.wall_time) for e in ea.Scalars("loss")] == \
         [(-1, 2.5, 5.0), (2**40, pytest.approx(1e-30), 6.0)]
+
+
+def test_event_files_are_framed_as_tensorboard_frames_them(tmp_path):
+    """flor writes TensorBoard's event files itself (importing TensorBoard's writer on the first
+    value stalled training, issue #13): every frame's checksums are TensorBoard's own, and
+    values past float32, NaN, non-ASCII tags and negative steps read back."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    w = EventFileWriter(tmp_path, suffix=".7")
+    assert w.add_scalars([("lössé/τ", 1e300, -5, 1.5), ("nan", float("nan"), 0, 2.0), ("x", -2.25, 2**62, 3.0)]) == 3
+    w.close()
+    (path,) = tmp_path.iterdir()
+    assert path.name.startswith("events.out.tfevents.") and path.name.endswith(".7")
+    data, frames = path.read_bytes(), 0
+    while data:
+        (n,) = struct.unpack("<Q", data[:8])
+        assert struct.unpack("<I", data[8:12])[0] == masked_crc32c(data[:8])
+        assert struct.unpack("<I", data[12 + n:16 + n])[0] == masked_crc32c(data[12:12 + n])
+        data, frames = data[16 + n:], frames + 1
+    assert frames == 4  # the file version, then one per value
+    ea = EventAccumulator(str(tmp_path))
+    ea.Reload()
+    assert [(e.step, e.value, e.wall_time) for e in ea.Scalars("lössé/τ")] == [(-5, math.inf, 1.5)]
+    assert math.isnan(ea.Scalars("nan")[0].value)
+    assert [(e.step, e.value) for e in ea.Scalars("x")] == [(2**62, -2.25)]
 
 
 def test_event_writer_that_writes_nothing_leaves_no_file(tmp_path):
