@@ -172,6 +172,10 @@ class IdleMeter:
         self.path = path
         self.last = (_busy_seconds(path), time.perf_counter())
 
+    def age(self) -> float:
+        """Seconds since the last reading."""
+        return time.perf_counter() - self.last[1]
+
     def idle(self, exclude_s: float = 0.0) -> float | None:
         """Idle cores (0..cores) on average since the last reading, as if ``exclude_s`` CPU-seconds
         of the caller's own work had not run; starts the next reading."""

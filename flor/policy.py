@@ -37,15 +37,15 @@ class CheckpointPolicy:
     fill the cores, a busy node) all of the writer's CPU time. Where a core sat idle
     (``CHARGE_IDLE``: a GPU run, CPU training with fewer threads than cores) the writer's I/O
     runs there for free. Measured on the digits CNN, both charges are at or above what a
-    checkpoint lengthened its epoch by (flor.engine.record, ``_choose_charge``). The cost of each block's
-    last checkpoint is the estimate for its next one, and is measured again every time (model
-    size, disk speed and contention change during a run). An epoch is checkpointed when the
-    cost so far plus that estimate stays within budget; so an expensive checkpoint thins out
-    the following ones into a regular period. A block's first checkpoint (``first``) pays
+    checkpoint lengthened its epoch by (flor.engine.record, ``_choose_charge``). The cost of
+    each block's last checkpoint is the estimate for its next one, and is measured again every
+    time (model size, disk speed and contention change during a run). An epoch is checkpointed
+    when the cost so far plus that estimate stays within budget; so an expensive checkpoint
+    thins out the following ones into a regular period. A block's first checkpoint (``first``) pays
     one-time work: the full encoding, learning the block's structure, the first buffers and
     folders (the digits CNN: ~4 ms, against ~1 ms for the next ones); it is charged, but is no
-    estimate: the second is taken once the cost so far is within budget. With ``every`` set, the schedule is fixed
-    instead: epochs 0, N, 2N, ...
+    estimate: the second is taken once the cost so far is within budget. With ``every`` set,
+    the schedule is fixed instead: epochs 0, N, 2N, ...
 
     >>> p = CheckpointPolicy(overhead=0.01)
     >>> p.due("train", 0, elapsed=10.0)   # nothing measured yet: measure

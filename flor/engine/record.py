@@ -319,7 +319,7 @@ class RecordSession(Session):
         Read at the first checkpoint, then at most every ``IDLE_EVERY_S`` (the charge stays as
         it was in between): reading ``/proc/stat`` cost the writer 0.1-0.3 ms of CPU per
         checkpoint of the CNN."""
-        if self.charge_read and time.perf_counter() - self.idle_meter.last[1] < IDLE_EVERY_S:
+        if self.charge_read and self.idle_meter.age() < IDLE_EVERY_S:
             return
         self.charge_read = True
         idle = self.idle_meter.idle(exclude_s=self.background_cpu_s - self.background_seen)

@@ -109,32 +109,23 @@ class _Text:
     """
 
     def __init__(self, template: Any) -> None:
-        used: list[int] = []
-
-        def vals() -> Any:
-            for i in itertools.count():
-                used.append(i)
-                yield _MARK.format(i)
-
+        counter = itertools.count()
         nodes: list[dict] = []
-        marked = _build(template, vals(), nodes)
-        first = len(used)
+        marked = _build(template, (_MARK.format(next(counter)) for _ in itertools.repeat(None)), nodes)
+        first = next(counter)  # the plain values' slots are 0 .. first - 1
         for j, node in enumerate(nodes):
             node["h"], node["x"] = _MARK.format(first + 2 * j), _MARK.format(first + 2 * j + 1)
-        pieces = _SLOT.split(canonical_json(marked))  # static, slot, static, slot, ..., static
-        self.static = pieces[0::2]
-        self.slots = [int(i) for i in pieces[1::2]]
-        self.first = first
-        for k, slot in enumerate(self.slots):
-            if slot >= first and (slot - first) % 2:  # an "x": its key is rendered with it
-                if not self.static[k].endswith(_X_KEY) or self.slots[k - 1] != slot - 1:
+        # static text at even places, a slot's number at odd ones (then its text, per render)
+        self.pieces = _SLOT.split(canonical_json(marked))
+        slots = [(at, int(self.pieces[at]) - first) for at in range(1, len(self.pieces), 2)]
+        for k, (at, slot) in enumerate(slots):
+            if slot >= 0 and slot % 2:  # an "x": its key is rendered with it, right after its "h"
+                if not self.pieces[at - 1].endswith(_X_KEY) or slots[k - 1][1] != slot - 1:
                     raise _NotTemplate("x")
-                self.static[k] = self.static[k][:-len(_X_KEY)]
-        self.pieces = [""] * (2 * len(self.slots) + 1)
-        self.pieces[0::2] = self.static
-        self.value_at = [(2 * k + 1, slot) for k, slot in enumerate(self.slots) if slot < first]
-        self.hash_at = [(2 * k + 1, (slot - first) >> 1) for k, slot in enumerate(self.slots)
-                        if slot >= first and not (slot - first) % 2]
+                self.pieces[at - 1] = self.pieces[at - 1][:-len(_X_KEY)]
+            self.pieces[at] = ""
+        self.value_at = [(at, slot + first) for at, slot in slots if slot < 0]
+        self.hash_at = [(at, slot >> 1) for at, slot in slots if slot >= 0 and not slot % 2]
 
     @classmethod
     def checked(cls, template: Any, vals: list) -> _Text | None:
@@ -154,7 +145,7 @@ class _Text:
         return text if text.render(vals, nodes) == canonical_json(tree) else None
 
     def render(self, vals: list, nodes: list[dict]) -> str:
-        out = self.pieces.copy()  # static text at even places, the slots' text goes at odd ones
+        out = self.pieces.copy()
         for at, i in self.value_at:
             out[at] = _value(vals[i])
         for at, j in self.hash_at:
@@ -185,8 +176,9 @@ class TreeCache:
     template, with the signature of what it walked (``_flatten``: types, dict keys, tensor
     dtypes and shapes). A later snapshot only walks the objects for their plain values,
     tensors and signature; when the signature is the same, the tensors are copied in one
-    call into a set of buffers kept for this block, and the tree is rebuilt from the
-    template with the new values on the background writer (``Pending.built``). Objects the
+    call into a set of buffers kept for this block; on the background writer the manifest's
+    text is rendered from the template with the new values and hashes (``_Text``), and the
+    tree is built only if asked for (``Pending.built``). Objects the
     walk does not know (numpy arrays, plain objects, CUDA tensors, ...) keep the block on
     the full encoding, which is always right.
 
