@@ -194,6 +194,54 @@ def test_the_rng_fast_path_encodes_as_the_general_walk(variant):
         assert (random.random(), np.random.rand(), torch.rand(1)) == expected
 
 
+@pytest.mark.parametrize("variant", ["seeded", "spare deviates", "set_state", "long run", "extra key"])
+def test_the_raw_rng_capture_reads_what_getstate_gives(variant):
+    """``capture_rng(raw=True)`` reads Python's and NumPy's generators from memory (issue #13):
+    it must give the same states as ``getstate``/``get_state`` (a wrong offset would record a
+    state replay restores wrongly), encode to the same tree and leaves, and restore."""
+    from flor.state.rng import NumpyRaw
+
+    random.seed(11), np.random.seed(11), torch.manual_seed(11)
+    if variant == "spare deviates":  # gauss_next and has_gauss/gauss set
+        random.gauss(0, 1), np.random.standard_normal()
+    elif variant == "set_state":
+        np.random.set_state(np.random.RandomState(5).get_state())
+        random.setstate(random.Random(6).getstate())
+    elif variant == "long run":  # positions mid-way through the word arrays
+        [random.random() for _ in range(1000)], np.random.rand(1001)
+    raw, plain = capture_rng(raw=True), capture_rng()
+    if variant == "extra key":  # as with CUDA generators: the general walk, from get_state's form
+        raw["cuda"] = plain["cuda"] = [torch.zeros(8, dtype=torch.uint8)]
+    assert isinstance(raw["numpy"], NumpyRaw)  # this machine's NumPy and CPython: read raw
+    assert raw["python"] == plain["python"]
+    got, want = raw["numpy"].as_dict(), plain["numpy"]
+    assert np.array_equal(got["state"]["key"], want["state"]["key"]) and got["state"]["key"].dtype == np.uint32
+    assert {**got, "state": got["state"]["pos"]} == {**want, "state": want["state"]["pos"]}
+    fast, slow = snapshot_rng(raw), snapshot(plain, copy=False)
+    assert fast.tree == slow.tree and _leaves(fast) == _leaves(slow)
+    expected = (random.random(), np.random.rand(), np.random.standard_normal(), torch.rand(1))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    blobs = MemoryBlobs()
+    restore_all([], snapshot([]).materialize(blobs.put), fast.materialize(blobs.put), blobs.__getitem__)
+    assert (random.random(), np.random.rand(), np.random.standard_normal(), torch.rand(1)) == expected
+
+
+def test_the_raw_rng_capture_falls_back_where_it_cannot_read():
+    """Another bit generator behind NumPy's global functions, or a replaced ``random`` instance:
+    ``get_state``/``getstate`` as before, never a misread."""
+    saved_bitgen = np.random.mtrand._rand._bit_generator
+    saved_inst = random._inst
+    try:
+        np.random.set_bit_generator(np.random.PCG64(3))
+        random._inst = type("Mine", (random.Random,), {})(4)
+        state = capture_rng(raw=True)
+        assert state["numpy"] == np.random.get_state(legacy=False) and state["numpy"]["bit_generator"] == "PCG64"
+        assert state["python"][1] == capture_rng()["python"][1]
+    finally:
+        np.random.set_bit_generator(saved_bitgen)
+        random._inst = saved_inst
+
+
 def test_snapshot_is_a_copy():
     t = torch.zeros(4)
     pending = snapshot([t])

@@ -204,7 +204,7 @@ class RecordSession(Session):
         self.open_block(name)
         # the RNG state the block starts from: a replay that re-executes the block starts it
         # from here too, even when the script never seeded Python's or NumPy's generator
-        self.rng_start = capture_rng()
+        self.rng_start = capture_rng(raw=True)  # for snapshot_rng only: raw bytes where it can
         return True
 
     def left_open(self, key: tuple[str, int | None, int]) -> None:
@@ -253,7 +253,7 @@ class RecordSession(Session):
             if cache is None:
                 cache = self.trees[name] = TreeCache(memory=self.writer.budget)
             objects = snapshot(list(objs), pool=self.pool, cache=cache)
-            rng_state, rng_start_state = capture_rng(), self.rng_start  # fresh copies: encoded on the writer
+            rng_state, rng_start_state = capture_rng(raw=True), self.rng_start  # fresh copies: encoded on the writer
         except Exception as exc:  # noqa: BLE001 - an object flor cannot capture must not stop training
             self._failed(name, epoch, exc)
             return

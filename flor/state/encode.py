@@ -18,6 +18,7 @@ from ..store.manifest import NP_BITGENS, NP_KINDS
 from .cache import TreeCache
 from .nodes import _PRIMITIVES, _qualname
 from .pending import BufferPool, Pending, _is_plain_tensor
+from .rng import NumpyRaw
 
 __all__ = ["snapshot", "snapshot_rng"]
 
@@ -228,7 +229,12 @@ def snapshot_rng(state: Any) -> Pending:
     >>> fast, slow = snapshot_rng(state), snapshot(state, copy=False)
     >>> fast.tree == slow.tree and [bytes(d) for _, d in fast.leaves()] == [bytes(d) for _, d in slow.leaves()]
     True
+    >>> raw = snapshot_rng(capture_rng(raw=True))  # read from memory: the same again
+    >>> raw.tree == slow.tree and [bytes(d) for _, d in raw.leaves()] == [bytes(d) for _, d in slow.leaves()]
+    True
     """
+    if type(state) is dict and isinstance(state.get("numpy"), NumpyRaw):  # capture_rng(raw=True)
+        return _snapshot_raw_rng(state)
     try:
         if type(state) is not dict or tuple(state) != _RNG_KEYS:
             raise LookupError
@@ -236,27 +242,55 @@ def snapshot_rng(state: Any) -> Pending:
         version, words, gauss = py
         numpy_state = npy["state"]
         key = numpy_state["key"]
-        if not (type(py) is tuple and type(version) is int and type(words) is bytes and type(gauss) in (type(None), float)
-                and type(npy) is dict and tuple(npy) == _NUMPY_KEYS and npy["bit_generator"] == "MT19937"
+        if not (_plain_rng(py, tch) and type(npy) is dict and tuple(npy) == _NUMPY_KEYS
+                and npy["bit_generator"] == "MT19937"
                 and type(npy["has_gauss"]) is int and type(npy["gauss"]) is float
                 and type(numpy_state) is dict and tuple(numpy_state) == ("key", "pos")
                 and type(numpy_state["pos"]) is int and type(key) is np.ndarray and key.ndim == 1 and key.size
-                and key.dtype.kind in NP_KINDS and not key.dtype.hasobject
-                and type(tch) is torch.Tensor and tch.dtype is torch.uint8 and tch.ndim == 1 and tch.is_cpu
-                and tch.is_contiguous() and not tch.requires_grad):
+                and key.dtype.kind in NP_KINDS and not key.dtype.hasobject):
             raise LookupError
     except (LookupError, TypeError, ValueError):
         return snapshot(state, copy=False)
-    key_node = {"t": "ndarray", "dtype": key.dtype.str, "shape": [key.size]}
+    key_bytes = torch.from_numpy(np.ascontiguousarray(key)).view(torch.uint8)
+    return _rng_pending(py, key.dtype.str, key.size, numpy_state["pos"], npy["has_gauss"], npy["gauss"], key_bytes, tch)
+
+
+def _plain_rng(py: Any, tch: Any) -> bool:
+    """Whether a capture's Python and torch states have the usual form (words as bytes, a CPU byte tensor)."""
+    version, words, gauss = py
+    return (type(py) is tuple and type(version) is int and type(words) is bytes and type(gauss) in (type(None), float)
+            and type(tch) is torch.Tensor and tch.dtype is torch.uint8 and tch.ndim == 1 and tch.is_cpu
+            and tch.is_contiguous() and not tch.requires_grad)
+
+
+_KEY_DTYPE = np.dtype(np.uint32).str
+
+
+def _snapshot_raw_rng(state: dict) -> Pending:
+    """``snapshot_rng`` of a capture whose NumPy state was read raw (``NumpyRaw``): the same
+    tree and leaves as from the ``get_state`` form."""
+    npy = state["numpy"]
+    try:
+        if tuple(state) != _RNG_KEYS or not _plain_rng(state["python"], state["torch"]):
+            raise LookupError
+    except (LookupError, TypeError, ValueError):
+        return snapshot({**state, "numpy": npy.as_dict()}, copy=False)
+    key_bytes = torch.frombuffer(bytearray(npy.key), dtype=torch.uint8)
+    return _rng_pending(state["python"], _KEY_DTYPE, len(npy.key) // 4, npy.pos, npy.has_gauss, npy.gauss,
+                        key_bytes, state["torch"])
+
+
+def _rng_pending(py: tuple, key_dtype: str, key_size: int, pos: int, has_gauss: int, gauss: float,
+                 key_bytes: torch.Tensor, tch: torch.Tensor) -> Pending:
+    version, words, py_gauss = py
+    key_node = {"t": "ndarray", "dtype": key_dtype, "shape": [key_size]}
     torch_node = {"t": "tensor", "dtype": "uint8", "shape": [tch.numel()], "device": "cpu", "rg": False}
     words_node = {"t": "bytes"}
     tree = {"t": "dict", "k": list(_RNG_KEYS), "v": [
-        {"t": "tuple", "v": [version, words_node, gauss]},
+        {"t": "tuple", "v": [version, words_node, py_gauss]},
         {"t": "dict", "k": list(_NUMPY_KEYS), "v": [
-            "MT19937", {"t": "dict", "k": ["key", "pos"], "v": [key_node, numpy_state["pos"]]},
-            npy["has_gauss"], npy["gauss"]]},
+            "MT19937", {"t": "dict", "k": ["key", "pos"], "v": [key_node, pos]}, has_gauss, gauss]},
         torch_node]}
-    key_bytes = torch.from_numpy(np.ascontiguousarray(key)).view(torch.uint8)
     return Pending(tree=tree, tensors=[(key_node, key_bytes), (torch_node, tch.detach())], raw=[(words_node, words)])
 
 
