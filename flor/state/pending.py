@@ -19,10 +19,18 @@ from ..store.manifest import canonical_json
 __all__ = ["BufferPool", "PACK_ALL_BYTES", "PACK_LEAF_BYTES", "PackIndex", "Pending", "hash_and_pack"]
 
 
+#: dtypes NumPy has: their tensors' bytes are one ``numpy()`` away (~3 us rather than ~8 us
+#: through ``reshape``/``view``; the writer takes 40-odd of these per checkpoint, issue #13)
+_NUMPY_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                           torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128})
+
+
 def _tensor_bytes(t: torch.Tensor) -> memoryview:
     """The raw bytes of a contiguous CPU tensor, without a copy."""
     if t.numel() == 0:
         return memoryview(b"")
+    if t.dtype in _NUMPY_DTYPES and not t.requires_grad and t.is_contiguous() and not t.is_conj() and not t.is_neg():
+        return memoryview(t.numpy()).cast("B")
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
