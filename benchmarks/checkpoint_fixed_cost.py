@@ -61,7 +61,7 @@ def main() -> None:
     print(table([["training-thread time per checkpoint (median)", f"{result['median_stall_ms']:.2f} ms"],
                  ["target", f"<= {TARGET_MS} ms"],
                  ["background CPU per checkpoint", f"{result['background_cpu_ms_per_checkpoint']:.2f} ms"],
-                 ["of it outside system calls (GIL)", f"{result['background_gil_ms_per_checkpoint']:.2f} ms"],
+                 ["of it holding the GIL (not in system calls or hashing)", f"{result['background_gil_ms_per_checkpoint']:.2f} ms"],
                  ["epoch (median)", f"{result['median_epoch_s'] * 1e3:.0f} ms"],
                  ["default 1% budget checkpointed", f"{len(policy['checkpointed_epochs'])} of {epochs} epochs"],
                  ["... in a longer run", f"{len(result['default_budget_long']['checkpointed_epochs'])} of {long_epochs}"],

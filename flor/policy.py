@@ -31,7 +31,8 @@ class CheckpointPolicy:
     """Keep what checkpointing costs in wall time within ``overhead`` of training time.
 
     What counts (``charge``): the training thread's stall, and the background writer's time
-    holding the GIL (hashing, the manifest: the training thread may wait for it), always; where
+    holding the GIL (its Python work, packing, the manifest: the training thread may wait for
+    it; not its system calls, nor hashing, which xxhash does with the GIL released), always; where
     the writer shares the cores with training (every core was busy since the last checkpoint,
     ``CHARGE_SHARED``: CPU training with a thread per core, a GPU run whose DataLoader workers
     fill the cores, a busy node) all of the writer's CPU time. Where a core sat idle

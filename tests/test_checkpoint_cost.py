@@ -20,6 +20,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -406,3 +407,46 @@ def test_large_snapshot_buffers_are_written_around_the_page_cache(tmp_path):
     digest = hash_bytes(data)
     assert store.put_many([(data, digest), (bytes(7), hash_bytes(bytes(7)))]) == len(data) + 7
     assert store.get(digest) == bytes(data)
+
+
+def test_hashing_is_not_charged_as_gil_time_because_xxhash_releases_the_gil():
+    """The recorder leaves the writer's large hashes out of its GIL time (``hash_and_pack``'s
+    ``nogil``): that holds only while xxhash releases the GIL as it hashes. A Python thread
+    must run through most of a long hash; with the GIL held it could run only before the call
+    began or after it returned (tried a few times: a busy machine may not schedule it)."""
+    from flor.store.hashing import hash_bytes
+
+    data = memoryview(bytes(256 << 20))
+    for _ in range(5):
+        stamps: list[float] = []
+        stop = False
+
+        def spin() -> None:
+            while not stop:
+                stamps.append(time.perf_counter())
+
+        thread = threading.Thread(target=spin)
+        thread.start()
+        while not stamps:
+            time.sleep(0.001)
+        t0 = time.perf_counter()
+        hash_bytes(data)
+        t1 = time.perf_counter()
+        stop = True
+        thread.join()
+        inside = [s for s in stamps if t0 < s < t1]
+        if inside and inside[-1] - inside[0] > 0.5 * (t1 - t0):
+            break
+    else:
+        pytest.fail("a Python thread did not run while xxhash hashed 256 MiB: it holds the GIL, so the "
+                    "recorder must charge its hashing as GIL time (hash_and_pack's nogil)")
+
+
+def test_hash_and_pack_times_only_the_large_hashes():
+    big, small = torch.arange(40_000, dtype=torch.float32), torch.ones(10)
+    nogil: list[float] = []
+    hash_and_pack([snapshot([big, small], copy=False)], PackIndex(), nogil=nogil)
+    assert len(nogil) == 2 and all(t >= 0 for t in nogil)  # the pack of both (160 KB) and big on its own
+    nogil.clear()
+    hash_and_pack([snapshot([small, small * 2], copy=False)], PackIndex(), nogil=nogil)
+    assert nogil == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -232,8 +233,13 @@ class PackIndex:
         self.where.update(entries)
 
 
+#: hashing this many bytes or more is timed for ``hash_and_pack``'s ``nogil``
+NOGIL_HASH_BYTES = 64 * 1024
+
+
 def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshold: int = PACK_LEAF_BYTES,
-                  pack_all: int = PACK_ALL_BYTES) -> tuple[list[tuple[memoryview | bytes, str]], dict]:
+                  pack_all: int = PACK_ALL_BYTES,
+                  nogil: list[float] | None = None) -> tuple[list[tuple[memoryview | bytes, str]], dict]:
     """Hash every leaf of ``parts`` once and note where its bytes go in its node; return the
     ``(bytes, hash)`` blobs to store and the index entries to ``remember`` once they are.
 
@@ -243,6 +249,10 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     ``"x"`` its own hash (what comparisons use). Runs on the background writer; the large
     blobs are still views of the pooled buffers (no copy); a pack large enough to be written
     around the page cache is assembled in a page-aligned buffer.
+
+    ``nogil``, where given, gets the thread CPU time of the hashes of ``NOGIL_HASH_BYTES`` or
+    more appended: xxhash releases the GIL while it hashes, so that time is not taken from a
+    training thread (the recorder's budget charge, ``flor.policy``).
     """
     blobs: list[tuple[memoryview | bytes, str]] = []
     small: list[tuple[dict, memoryview | bytes, int, str]] = []
@@ -250,7 +260,7 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     if sum(n for _, _, n in leaves) <= pack_all:
         threshold = pack_all + 1
     for node, data, nbytes in leaves:
-        digest = hash_bytes(data)
+        digest = hash_bytes(data) if nogil is None or nbytes < NOGIL_HASH_BYTES else _timed_hash(data, nogil)
         if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
             node["sha256"] = hashlib.sha256(data).hexdigest()
         if nbytes >= threshold:
@@ -270,13 +280,20 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     entries: dict[str, tuple[str, int, int]] = {}
     if chunks:
         pack = _joined(chunks, size, index.lend(size) if index is not None else None)
-        pack_hash = hash_bytes(pack)
+        pack_hash = hash_bytes(pack) if nogil is None or size < NOGIL_HASH_BYTES else _timed_hash(pack, nogil)
         blobs.append((pack, pack_hash))
         entries = {d: (pack_hash, o, n) for d, (o, n) in offsets.items()}
     for node, _, _, digest in small:
         where = entries.get(digest) or known[digest]
         node["h"], node["o"], node["n"], node["x"] = where[0], where[1], where[2], digest
     return blobs, entries
+
+
+def _timed_hash(data: memoryview | bytes, spent: list[float]) -> str:
+    t0 = time.thread_time()
+    digest = hash_bytes(data)
+    spent.append(time.thread_time() - t0)
+    return digest
 
 
 def _joined(chunks: list[memoryview | bytes], size: int, into: memoryview | None = None) -> memoryview | bytes:
