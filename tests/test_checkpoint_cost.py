@@ -89,6 +89,26 @@ def test_the_rendered_tree_text_is_its_canonical_json(layout):
         pending.release()
 
 
+def test_the_template_text_is_made_in_the_job_of_the_first_checkpoint(monkeypatch):
+    """``TreeCache.prime`` (the writer, first checkpoint of a block) makes the template's text, so
+    the next checkpoint, whose cost the budget takes as its estimate, only renders it."""
+    import flor.state.cache as cache_module
+
+    net, opt, sched, _ = make_training()
+    train_steps(net, opt, sched, n=1)
+    cache = TreeCache()
+    snapshot([net, opt, sched], cache=cache).release()
+    cache.prime()
+    made: list = []
+    monkeypatch.setattr(cache_module._Text, "checked", classmethod(lambda cls, *args: made.append(args)))
+    train_steps(net, opt, sched, n=1)
+    pending = snapshot([net, opt, sched], cache=cache)
+    hash_and_pack([pending], PackIndex())
+    assert pending.canonical() == canonical_json(pending.built()) and made == []
+    cache.prime()  # nothing learned since: nothing to do
+    assert made == []
+
+
 def test_fast_snapshot_is_the_full_encoding_and_a_copy():
     net, opt, sched, scaler = make_training()
     train_steps(net, opt, sched, n=2)

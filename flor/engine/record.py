@@ -271,6 +271,7 @@ class RecordSession(Session):
                 rng, rng_start = snapshot_rng(rng_state), snapshot_rng(rng_start_state)
                 parts += [rng, rng_start]
                 cache.top_up()  # a spare buffer set for the next snapshot, should this job still be running then
+                cache.prime()  # where a template was just learned: its text, now rather than in the next job
                 blobs, packed = hash_and_pack(parts, self.packs, nogil=nogil)
                 io0 = time.thread_time()
                 new_bytes = self.store.blobs.put_many(blobs)
