@@ -350,6 +350,44 @@ def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner)
     assert report.returncode != 0 and "a pack whose bytes" in report.stdout + report.stderr
 
 
+@pytest.mark.parametrize("draw", ["nothing", "python", "numpy", "numpy gauss", "torch"])
+def test_same_rng_sees_any_generator_move(draw):
+    from flor.state import same_rng
+
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    before = capture_rng(raw=True)
+    {"nothing": lambda: None, "python": random.random, "numpy": np.random.rand,
+     "numpy gauss": np.random.standard_normal, "torch": lambda: torch.rand(1)}[draw]()
+    assert same_rng(before, capture_rng(raw=True)) is (draw == "nothing")
+    assert not same_rng(capture_rng(), capture_rng())  # get_state's form: never assumed the same
+
+
+@pytest.mark.parametrize("evaluation", ["draws", "does not draw"])
+def test_rng_start_points_at_the_last_end_state_only_when_nothing_drew(runner, evaluation):
+    """Where nothing draws a random number between a checkpoint and the next block's start (an
+    evaluation without dropout or shuffling), the recorder stores that block's ``rng_start`` as
+    the tree of the last checkpoint's ``rng`` (no second encoding); where something does, its
+    own. Either way a probed replay (which restores ``rng_start`` when it re-executes a block)
+    gives the recording's values."""
+    edits = {} if evaluation == "draws" else {"    jitter = random.random()": "    jitter = 0.5"}
+    script = runner.script(edits=edits)
+    runner.run(script, "--epochs", "4", "--flor", "rs")
+    manifests = sorted((runner.home / "rs" / "runs").glob("*/checkpoints/*/*.json"))
+    bodies = [json.loads(m.read_text()) for m in manifests]
+    assert [b["epoch"] for b in bodies] == [0, 1, 2, 3]
+    reused = [bodies[k]["rng_start"] == bodies[k - 1]["rng"] for k in range(1, 4)]
+    assert reused == [evaluation == "does not draw"] * 3
+    assert "no problems" in runner.flor("verify", "rs").stdout
+    probe = {'step_into("training_loop")': 'step_into("training_loop", probed=True)',
+             "            # INNER": '            flor.log("inner_loss", loss.item(), step=step)'}
+    edited = runner.script(edits={**edits, **probe}, dest="probed.py")
+    runner.run(edited, "--epochs", "4", "--flor", "rs_full")
+    runner.run(edited, "--epochs", "4", "--flor", "rs", "--replay_flor")
+    got = values([x for x in runner.logs("rs") if x["source"] == "replay"])
+    want = values(runner.logs("rs_full"), "record")
+    assert {k[0] for k in got} >= {"inner_loss", "acc", "jitter"} and got == want
+
+
 def test_idle_cores_are_read_from_proc_stat_and_leave_out_the_writer(tmp_path):
     stat = tmp_path / "stat"
     cpus = sorted(os.sched_getaffinity(0))

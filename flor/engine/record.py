@@ -85,6 +85,7 @@ class RecordSession(Session):
         self.pool: Any = None  # snapshot buffers and where small leaves went (flor.state), on first use
         self.packs: Any = None
         self.trees: dict[str, Any] = {}  # block name -> flor.state.TreeCache
+        self.last_rng: dict[str, tuple] = {}  # block name -> its last checkpoint's RNG capture, stored tree and text
         self.background_cpu_s = 0.0
         self.background_seen = 0.0  # background_cpu_s at the last idle-core reading
         self.idle_meter = IdleMeter()  # restarted when the loop starts
@@ -238,8 +239,8 @@ class RecordSession(Session):
         return as_result(objs)
 
     def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float) -> None:
-        from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, snapshot,
-                             snapshot_rng)
+        from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, same_rng,
+                             snapshot, snapshot_rng)
 
         if self.pool is None:
             self.pool, self.packs = BufferPool(), PackIndex()
@@ -266,10 +267,16 @@ class RecordSession(Session):
             self._choose_charge()  # here, not in the stall
             parts = [objects]
             nogil: list[float] = []  # the hashing's CPU time: with the GIL released
+            last = self.last_rng.pop(name, None)
             try:  # hashed once; large leaves written straight from the pooled buffers, small ones in one
                 # pack; all behind ONE durability barrier
-                rng, rng_start = snapshot_rng(rng_state), snapshot_rng(rng_start_state)
-                parts += [rng, rng_start]
+                rng = snapshot_rng(rng_state)
+                parts.append(rng)
+                if last is not None and same_rng(rng_start_state, last[0]):
+                    rng_start = last[1]  # the generators did not move since the last end(): its stored tree
+                else:
+                    rng_start = snapshot_rng(rng_start_state)
+                    parts.append(rng_start)
                 cache.top_up()  # a spare buffer set for the next snapshot, should this job still be running then
                 cache.prime()  # where a template was just learned: its text, now rather than in the next job
                 blobs, packed = hash_and_pack(parts, self.packs, nogil=nogil)
@@ -282,8 +289,9 @@ class RecordSession(Session):
                 for part in parts:
                     part.release()
             head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
-            data = self._sealed_manifest(head, objects, rng, rng_start, nbytes=nbytes, new_bytes=new_bytes,
-                                         block_s=elapsed, snapshot_s=snap_s)
+            data, rng_text = self._sealed_manifest(head, objects, rng, rng_start, nbytes=nbytes, new_bytes=new_bytes,
+                                                   block_s=elapsed, snapshot_s=snap_s)
+            self.last_rng[name] = (rng_state, (rng.tree, rng_text))  # its blobs are durable: rng_start may point at them
             manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
             if not self.writer.may_commit():
                 return  # abandoned at exit: without its manifest the checkpoint does not exist
@@ -329,12 +337,16 @@ class RecordSession(Session):
         self.policy.charge = charge_for(idle)
 
     def _sealed_manifest(self, head: dict, objects: Any, rng: Any, rng_start: Any, *, nbytes: int, new_bytes: int,
-                         block_s: float, snapshot_s: float) -> bytes:
-        """The manifest file of a checkpoint whose blobs are stored: each state tree serialized
-        once, for the state digest, the checksum and the file (``sealed_bytes``); an HMAC with
-        the user's key where a leaf is pickled (flor.store.trust)."""
-        trees = {"objects": objects.tree, "rng": rng.tree, "rng_start": rng_start.tree}  # objects: None, rendered
-        done = {"objects": objects.canonical(), "rng": canonical_json(rng.tree), "rng_start": canonical_json(rng_start.tree)}
+                         block_s: float, snapshot_s: float) -> tuple[bytes, str]:
+        """The manifest file of a checkpoint whose blobs are stored, and its RNG tree's text: each
+        state tree serialized once, for the state digest, the checksum and the file
+        (``sealed_bytes``); an HMAC with the user's key where a leaf is pickled
+        (flor.store.trust). ``rng_start`` is a ``Pending``, or the tree and text of an earlier
+        checkpoint's ``rng`` (the same state)."""
+        start_tree, start_text = rng_start if type(rng_start) is tuple else (rng_start.tree, None)
+        trees = {"objects": objects.tree, "rng": rng.tree, "rng_start": start_tree}  # objects: None, rendered
+        done = {"objects": objects.canonical(), "rng": canonical_json(rng.tree),
+                "rng_start": start_text or canonical_json(start_tree)}
         manifest = {
             "format": FORMAT, **head, **trees,
             "digest": hash_bytes(f'{{"objects":{done["objects"]},"rng":{done["rng"]}}}'.encode()),
@@ -342,7 +354,7 @@ class RecordSession(Session):
             "created": time.time(),
         }
         pickled = any('"pickle"' in text for text in done.values()) and has_pickles(manifest)
-        return sealed_bytes(manifest, sign=signer(self.settings.config_dir) if pickled else None, done=done)
+        return sealed_bytes(manifest, sign=signer(self.settings.config_dir) if pickled else None, done=done), done["rng"]
 
     def _failed(self, name: str, epoch: int | None, exc: BaseException) -> None:
         with self._meta_lock:

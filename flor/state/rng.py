@@ -16,7 +16,7 @@ import torch
 
 from ..errors import StateError
 
-__all__ = ["RNG_BYTES", "NumpyRaw", "capture_rng", "restore_rng"]
+__all__ = ["RNG_BYTES", "NumpyRaw", "capture_rng", "restore_rng", "same_rng"]
 
 
 #: about the bytes one capture_rng() holds on the CPU (Python 2.5 kB, NumPy 2.5 kB, torch 5 kB)
@@ -51,6 +51,30 @@ def capture_rng(like: Any = None, *, raw: bool = False) -> dict:
     if torch.cuda.is_initialized() and torch.cuda.is_available():  # the first is free, the second not
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def same_rng(a: Any, b: Any) -> bool:
+    """Whether two ``capture_rng(raw=True)`` captures hold the same states (False where unsure:
+    CUDA generators, ``get_state``'s form). The recorder stores a block's state at its start
+    (``rng_start``) as a pointer to the last checkpoint's end state when nothing drew a number
+    in between (evaluation, logging), rather than encoding and hashing it again.
+
+    >>> a = capture_rng(raw=True); same = same_rng(a, capture_rng(raw=True)); _ = random.random()
+    >>> same, same_rng(a, capture_rng(raw=True))
+    (True, False)
+    """
+    if type(a) is not dict or type(b) is not dict or tuple(a) != ("python", "numpy", "torch") or tuple(b) != tuple(a):
+        return False
+    x, y = a["numpy"], b["numpy"]
+    if type(x) is not NumpyRaw or type(y) is not NumpyRaw or (x.state, x.has_gauss, x.gauss) != (y.state, y.has_gauss, y.gauss):
+        return False
+    s, t = a["torch"], b["torch"]
+    if not (type(s) is torch.Tensor and type(t) is torch.Tensor and s.dtype is torch.uint8 and t.dtype is torch.uint8
+            and s.shape == t.shape and s.is_cpu and t.is_cpu and torch.equal(s, t)):
+        return False
+    p, q = a["python"], b["python"]
+    return type(p) is tuple and type(q) is tuple and len(p) == len(q) == 3 and p[0] == q[0] \
+        and type(p[1]) is bytes and p[1] == q[1] and p[2] == q[2]
 
 
 def restore_rng(state: Any) -> None:
