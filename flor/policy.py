@@ -38,7 +38,7 @@ class CheckpointPolicy:
     fill the cores, a busy node) all of the writer's CPU time. Where a core sat idle
     (``CHARGE_IDLE``: a GPU run, CPU training with fewer threads than cores) the writer's I/O
     runs there for free. Measured on the digits CNN, both charges are at or above what a
-    checkpoint lengthened its epoch by (flor.engine.record, ``_choose_charge``). The cost of
+    checkpoint lengthened its epoch by (flor.engine.checkpointing, ``_choose_charge``). The cost of
     each block's last checkpoint is the estimate for its next one, and is measured again every
     time (model size, disk speed and contention change during a run). An epoch is checkpointed
     when the cost so far plus that estimate stays within budget; so an expensive checkpoint
