@@ -56,10 +56,10 @@ class Checkpointing:
                 rng = snapshot_rng(rng_state)
                 parts.append(rng)
                 if last is not None and same_rng(rng_start_state, last[0]):
-                    rng_start = last[1]  # the generators did not move since the last end(): its stored tree
+                    start = last[1]  # the generators did not move since the last end(): its stored tree and text
                 else:
-                    rng_start = snapshot_rng(rng_start_state)
-                    parts.append(rng_start)
+                    parts.append(snapshot_rng(rng_start_state))
+                    start = (parts[-1].tree, None)  # its nodes get their hashes in place
                 cache.top_up()  # a spare buffer set for the next snapshot, should this job still be running then
                 cache.prime()  # where a template was just learned: its text, now rather than in the next job
                 blobs, packed = hash_and_pack(parts, self.packs, nogil=nogil)
@@ -72,7 +72,7 @@ class Checkpointing:
                 for part in parts:
                     part.release()
             head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
-            data, rng_text = self._sealed_manifest(head, objects, rng, rng_start, nbytes=nbytes, new_bytes=new_bytes,
+            data, rng_text = self._sealed_manifest(head, objects, rng, start, nbytes=nbytes, new_bytes=new_bytes,
                                                    block_s=elapsed, snapshot_s=snap_s)
             self.last_rng[name] = (rng_state, (rng.tree, rng_text))  # its blobs are durable: rng_start may point at them
             manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
@@ -119,14 +119,14 @@ class Checkpointing:
         self.background_seen = self.background_cpu_s
         self.policy.charge = charge_for(idle)
 
-    def _sealed_manifest(self, head: dict, objects: Any, rng: Any, rng_start: Any, *, nbytes: int, new_bytes: int,
-                         block_s: float, snapshot_s: float) -> tuple[bytes, str]:
+    def _sealed_manifest(self, head: dict, objects: Any, rng: Any, start: tuple[Any, str | None], *, nbytes: int,
+                         new_bytes: int, block_s: float, snapshot_s: float) -> tuple[bytes, str]:
         """The manifest file of a checkpoint whose blobs are stored, and its RNG tree's text: each
         state tree serialized once, for the state digest, the checksum and the file
         (``sealed_bytes``); an HMAC with the user's key where a leaf is pickled
-        (flor.store.trust). ``rng_start`` is a ``Pending``, or the tree and text of an earlier
-        checkpoint's ``rng`` (the same state)."""
-        start_tree, start_text = rng_start if type(rng_start) is tuple else (rng_start.tree, None)
+        (flor.store.trust). ``start``: the ``rng_start`` tree and its text where known (an
+        earlier checkpoint's ``rng``, the same state), else None."""
+        start_tree, start_text = start
         trees = {"objects": objects.tree, "rng": rng.tree, "rng_start": start_tree}  # objects: None, rendered
         done = {"objects": objects.canonical(), "rng": canonical_json(rng.tree),
                 "rng_start": start_text or canonical_json(start_tree)}

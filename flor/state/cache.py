@@ -9,7 +9,6 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import torch
@@ -94,7 +93,6 @@ class _NotTemplate(Exception):
 _MARK = "\x00flor{}\x00"  # a slot in the marked tree; in canonical JSON: "\u0000flor7\u0000"
 _SLOT = re.compile(r'"\\u0000flor(\d+)\\u0000"')
 _X_KEY = ',"x":'
-_NAN = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 class _Text:
@@ -147,26 +145,13 @@ class _Text:
     def render(self, vals: list, nodes: list[dict]) -> str:
         out = self.pieces.copy()
         for at, i in self.value_at:
-            out[at] = _value(vals[i])
+            out[at] = canonical_json(vals[i])
         for at, j in self.hash_at:
             node = nodes[j]
             out[at] = f'"{node["h"]}","n":{node["n"]},"o":{node["o"]}' if "o" in node else f'"{node["h"]}"'
             if "x" in node:
                 out[at + 2] = f'{_X_KEY}"{node["x"]}"'
         return "".join(out)
-
-
-def _value(v: Any) -> str:
-    """``canonical_json`` of a plain value (None, bool, int, float, str)."""
-    t = type(v)
-    if t is str:
-        return encode_basestring_ascii(v)
-    if t is float:
-        text = float.__repr__(v)
-        return _NAN.get(text, text)
-    if t is int:
-        return int.__repr__(v)
-    return "null" if v is None else "true" if v is True else "false" if v is False else canonical_json(v)
 
 
 class TreeCache:

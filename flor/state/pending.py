@@ -260,7 +260,7 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     if sum(n for _, _, n in leaves) <= pack_all:
         threshold = pack_all + 1
     for node, data, nbytes in leaves:
-        digest = hash_bytes(data) if nogil is None or nbytes < NOGIL_HASH_BYTES else _timed_hash(data, nogil)
+        digest = _hash(data, nbytes, nogil)
         if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
             node["sha256"] = hashlib.sha256(data).hexdigest()
         if nbytes >= threshold:
@@ -280,7 +280,7 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     entries: dict[str, tuple[str, int, int]] = {}
     if chunks:
         pack = _joined(chunks, size, index.lend(size) if index is not None else None)
-        pack_hash = hash_bytes(pack) if nogil is None or size < NOGIL_HASH_BYTES else _timed_hash(pack, nogil)
+        pack_hash = _hash(pack, size, nogil)
         blobs.append((pack, pack_hash))
         entries = {d: (pack_hash, o, n) for d, (o, n) in offsets.items()}
     for node, _, _, digest in small:
@@ -289,10 +289,14 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     return blobs, entries
 
 
-def _timed_hash(data: memoryview | bytes, spent: list[float]) -> str:
+def _hash(data: memoryview | bytes, nbytes: int, nogil: list[float] | None) -> str:
+    """``hash_bytes(data)``; its thread CPU time appended to ``nogil`` where given and
+    ``nbytes`` is at least ``NOGIL_HASH_BYTES``."""
+    if nogil is None or nbytes < NOGIL_HASH_BYTES:
+        return hash_bytes(data)
     t0 = time.thread_time()
     digest = hash_bytes(data)
-    spent.append(time.thread_time() - t0)
+    nogil.append(time.thread_time() - t0)
     return digest
 
 

@@ -84,7 +84,7 @@ def restore_rng(state: Any) -> None:
                          "is damaged")
     try:
         random.setstate(_python_state(state["python"]))
-        np.random.set_state(state["numpy"].as_dict() if isinstance(state["numpy"], NumpyRaw) else state["numpy"])
+        np.random.set_state(state["numpy"])
         torch.set_rng_state(state["torch"])
     except Exception as exc:  # noqa: BLE001 - a damaged state is named, whatever the generator raises
         raise StateError(f"the recorded random state cannot be set ({type(exc).__name__}: {exc}); the checkpoint "
@@ -158,11 +158,16 @@ class NumpyRaw:
         if offsets is None:
             return None
         rs = np.random.mtrand._rand
-        bitgen = rs._bit_generator
-        if type(rs) is not np.random.RandomState or type(bitgen) is not np.random.MT19937:
+        if type(rs) is not np.random.RandomState or type(rs._bit_generator) is not np.random.MT19937:
             return None
+        return cls.read(rs, offsets)
+
+    @classmethod
+    def read(cls, rs: Any, offsets: tuple[int, int]) -> NumpyRaw:
+        """The raw state of the ``RandomState`` ``rs`` (over an ``MT19937``), ``has_gauss`` and
+        ``gauss`` at ``offsets`` in it."""
         base = id(rs)
-        return cls(ctypes.string_at(bitgen.ctypes.state_address, cls.STATE_BYTES),
+        return cls(ctypes.string_at(rs._bit_generator.ctypes.state_address, cls.STATE_BYTES),
                    ctypes.c_int.from_address(base + offsets[0]).value,
                    ctypes.c_double.from_address(base + offsets[1]).value)
 
@@ -218,10 +223,7 @@ def _layout() -> tuple[int, int] | None:
 
 def _agrees(rs: Any, offsets: tuple[int, int]) -> bool:
     """Whether raw reads at ``offsets`` give what ``rs.get_state`` gives."""
-    want = rs.get_state(legacy=False)
-    got = NumpyRaw(ctypes.string_at(rs._bit_generator.ctypes.state_address, NumpyRaw.STATE_BYTES),
-                   ctypes.c_int.from_address(id(rs) + offsets[0]).value,
-                   ctypes.c_double.from_address(id(rs) + offsets[1]).value).as_dict()
+    want, got = rs.get_state(legacy=False), NumpyRaw.read(rs, offsets).as_dict()
     return (got["has_gauss"] == want["has_gauss"] and got["gauss"] == want["gauss"]
             and got["state"]["pos"] == want["state"]["pos"]
             and np.array_equal(got["state"]["key"], want["state"]["key"]))
@@ -239,8 +241,14 @@ def _python_raw() -> tuple[int, bytes, Any] | None:
     inst = random._inst  # type: ignore[attr-defined]
     if at is None or type(inst) is not random.Random:
         return None
+    return random.Random.VERSION, _python_words(inst, at), inst.gauss_next  # type: ignore[attr-defined]
+
+
+def _python_words(inst: random.Random, at: int) -> bytes:
+    """The 624 state words at offset ``at`` of ``inst``, then the position before them: the
+    order of ``getstate()[1]``, as little-endian bytes."""
     memory = ctypes.string_at(id(inst) + at - 4, 4 * 625)
-    return random.Random.VERSION, memory[4:] + memory[:4], inst.gauss_next  # type: ignore[attr-defined]
+    return memory[4:] + memory[:4]
 
 
 def _python_layout() -> int | None:
@@ -257,8 +265,7 @@ def _python_layout() -> int | None:
             return None
 
         def agrees(inst: random.Random) -> bool:
-            data = ctypes.string_at(id(inst) + at - 4, 4 * 625)
-            return data[4:] + data[:4] == array.array("I", inst.getstate()[1]).tobytes()
+            return _python_words(inst, at) == array.array("I", inst.getstate()[1]).tobytes()
 
         if agrees(probe) and agrees(random._inst):  # type: ignore[attr-defined]
             return at
