@@ -322,6 +322,10 @@ def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner)
     assert policy["charged"] in (CHARGE_IDLE, CHARGE_SHARED)
     assert "flor: checkpointed 4 of 4 epochs" in proc.stderr and f"charged: {policy['charged']})" in proc.stderr
     assert 0 < policy["gil_s"] and policy["stall_s"] <= policy["charged_s"]
+    # each stall with the part of it that copied bytes; each epoch's RNG capture at step_into
+    timings = json.loads(next((home / "runs").glob("*/run.json")).read_text())["timings"]
+    assert len(timings["copy_s"]) == len(timings["stall_s"]) == 4 and len(timings["start_s"]) == 4
+    assert timings["copy_s"][0] == 0 and all(0 < c <= s for c, s in zip(timings["copy_s"][1:], timings["stall_s"][1:]))
     objects = [p for p in (home / "objects").rglob("*") if p.is_file()]
     manifests = sorted((home / "runs").glob("*/checkpoints/*/*.json"))
     assert len(manifests) == 4
@@ -508,3 +512,12 @@ def test_hash_and_pack_times_only_the_large_hashes():
     nogil.clear()
     hash_and_pack([snapshot([small, small * 2], copy=False)], PackIndex(), nogil=nogil)
     assert nogil == []
+
+
+def test_large_leaves_are_copied_into_a_pack_without_the_gil_and_that_time_is_not_charged():
+    big = [torch.arange(40_000, dtype=torch.float32) + i for i in range(4)]  # 640 KB: one lent, page-aligned pack
+    index, nogil = PackIndex(), []
+    blobs, _ = hash_and_pack([snapshot(big, copy=False)], index, nogil=nogil)
+    (pack, _), = blobs
+    assert bytes(pack) == b"".join(t.numpy().tobytes() for t in big)
+    assert len(nogil) == 4 + 4 + 1  # each leaf's hash, its memmove into the pack, the pack's hash

@@ -95,6 +95,7 @@ class Checkpointing:
         stall = time.perf_counter() - t0  # the snapshot (the writer never makes training wait)
         self.policy.observe(name, epoch, stall=stall, first=first)
         self.meta.timings.setdefault("stall_s", []).append(round(stall, 6))
+        self.meta.timings.setdefault("copy_s", []).append(round(objects.copy_s, 6))  # of it: copying bytes
 
     def _choose_charge(self) -> None:
         """What the budget is charged with (``flor.policy``), for the checkpoints to come; on the

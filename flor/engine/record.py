@@ -201,7 +201,9 @@ class RecordSession(Checkpointing, Session):
         self.open_block(name)
         # the RNG state the block starts from: a replay that re-executes the block starts it
         # from here too, even when the script never seeded Python's or NumPy's generator
+        t0 = time.perf_counter()
         self.rng_start = capture_rng(raw=True)  # for snapshot_rng only: raw bytes where it can
+        self.meta.timings.setdefault("start_s", []).append(round(time.perf_counter() - t0, 6))  # fixed cost too
         return True
 
     def left_open(self, key: tuple[str, int | None, int]) -> None:

@@ -9,6 +9,7 @@ import itertools
 import json
 import re
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -226,9 +227,11 @@ class TreeCache:
                 self._free.clear()
             return None
         dsts = self._take(tensors)
+        t0 = time.perf_counter()
         if tensors:  # a block may keep no tensor at all (a dict of counters)
             with torch.no_grad():
                 torch._foreach_copy_(dsts, tensors)
+        copy_s = time.perf_counter() - t0
         template = self.template
 
         def build() -> tuple[Any, list[dict]]:
@@ -237,7 +240,7 @@ class TreeCache:
 
         return Pending(tree=None, tensors=[(None, d) for d in dsts], build=build,  # type: ignore[misc]
                        on_release=lambda: self._give(dsts, sig), buffer_set=dsts,
-                       render=lambda light: self._render(template, vals, light))
+                       render=lambda light: self._render(template, vals, light), copy_s=copy_s)
 
     def prime(self) -> None:
         """Make the text of a template just learned (``_Text.checked``, ~1.5 ms for the digits

@@ -104,6 +104,7 @@ class Pending:
     buffer_set: Any = None  # the TreeCache buffer set (flor.state.cache) ``tensors`` are: its byte views, its size
     render: Callable[[list[dict]], str | None] | None = None  # the tree's canonical JSON from a TreeCache template
     light: list[dict] | None = None  # with ``render``: the tensor nodes the writer fills, the tree not built
+    copy_s: float = 0.0  # on the fast path: the time the tensor copies took (the rest of a snapshot is fixed cost)
 
     @property
     def nbytes(self) -> int:
