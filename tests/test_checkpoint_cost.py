@@ -318,12 +318,13 @@ def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner)
     proc = runner.run(script, "--epochs", "4", "--flor", "packs")
     home = runner.home / "packs"
     # the exit line says what was checkpointed and which rule charged the budget, as run.json does
-    policy = json.loads(next((home / "runs").glob("*/run.json")).read_text())["checkpoint_policy"]
+    meta = json.loads(next((home / "runs").glob("*/run.json")).read_text())
+    policy = meta["checkpoint_policy"]
     assert policy["charged"] in (CHARGE_IDLE, CHARGE_SHARED)
     assert "flor: checkpointed 4 of 4 epochs" in proc.stderr and f"charged: {policy['charged']})" in proc.stderr
     assert 0 < policy["gil_s"] and policy["stall_s"] <= policy["charged_s"]
     # each stall with the part of it that copied bytes; each epoch's RNG capture at step_into
-    timings = json.loads(next((home / "runs").glob("*/run.json")).read_text())["timings"]
+    timings = meta["timings"]
     assert len(timings["copy_s"]) == len(timings["stall_s"]) == 4 and len(timings["start_s"]) == 4
     assert timings["copy_s"][0] == 0 and all(0 < c <= s for c, s in zip(timings["copy_s"][1:], timings["stall_s"][1:]))
     objects = [p for p in (home / "objects").rglob("*") if p.is_file()]

@@ -326,14 +326,12 @@ def _joined(chunks: list[memoryview | bytes], size: int, into: memoryview | None
         if size < DIRECT_MIN:
             return b"".join(chunks)
         into = _tensor_bytes(_aligned_empty(size))
-    base = None
+    base = None if into.readonly else ctypes.addressof(ctypes.c_char.from_buffer(into))
     at = 0
     for chunk in chunks:
         view = memoryview(chunk).cast("B")
         n = view.nbytes
-        if n >= NOGIL_COPY_BYTES and not view.readonly and not into.readonly:
-            if base is None:
-                base = ctypes.addressof(ctypes.c_char.from_buffer(into))
+        if n >= NOGIL_COPY_BYTES and base is not None and not view.readonly:
             src = ctypes.addressof(ctypes.c_char.from_buffer(view))
             t0 = time.thread_time()
             ctypes.memmove(base + at, src, n)
