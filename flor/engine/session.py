@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, FlorError, warn
-from ..logs import NOT_SCALAR, to_scalar, to_step
+from ..logs import AS_IS, NOT_SCALAR, to_scalar, to_step
 from ..settings import Settings
 from ..store import ExperimentStore
 
@@ -239,6 +239,9 @@ class Session:
         """Coerce and buffer one value; never raises (an odd name, value or step drops the
         value with one warning per log name and kind)."""
         try:
+            if type(name) is str and type(value) in AS_IS and (step is None or type(step) is int):
+                self.write_log(name, value, step)  # what to_scalar and to_step would keep as it is
+                return
             if type(name) is not str:
                 self.warn_once(("log-name", type(name).__name__),
                                f"flor.log got a {type(name).__name__} as its name ({name!r:.40}); names are "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections import deque
 import time
 import warnings
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterable
 from ..errors import warn
 
 __all__ = [
-    "LogWriter", "FIELDS", "NOT_SCALAR", "merge_newest", "occurrence_keys", "parse_record", "read_jsonl", "record_key",
+    "AS_IS", "LogWriter", "FIELDS", "NOT_SCALAR", "merge_newest", "occurrence_keys", "parse_record", "read_jsonl", "record_key",
     "same_value", "step_key", "to_scalar", "to_step",
 ]
 
@@ -92,6 +93,51 @@ def _whole(scalar: Any) -> Any:
     return NOT_SCALAR
 
 
+def _text(value: Any) -> str:
+    """``json.dumps(value)`` for the values a log record holds, without its per-call set-up
+    (~3 us a record on the training thread, at every epoch's end)."""
+    kind = type(value)
+    if kind is float:
+        return float.__repr__(value) if math.isfinite(value) else json.dumps(value)  # NaN, Infinity: as json
+    if kind is int:
+        return int.__repr__(value)
+    if kind is str:
+        text = _STRINGS.get(value)
+        if text is None:
+            text = json.dumps(value)
+            if len(_STRINGS) < 4096:  # names and blocks repeat; string values mostly do not
+                _STRINGS[value] = text
+        return text
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return json.dumps(value)
+
+
+_STRINGS: dict[str, str] = {}
+
+
+def json_line(name: str, value: Any, epoch: int | None, step: int | None, block: str | None, t: float,
+              loop: str | None = None) -> str:
+    """``json.dumps`` of a log record ``{name, value, epoch, step, block, t[, loop]}`` (plain
+    scalars), ~40% faster: at every epoch's end, on the training thread.
+
+    >>> rec = {"name": "loss", "value": float("nan"), "epoch": 0, "step": None, "block": "t\u00e9", "t": 1.5}
+    >>> json_line(*rec.values()) == json.dumps(rec), json_line(*rec.values(), "after") == json.dumps({**rec, "loop": "after"})
+    (True, True)
+    """
+    line = (f'{{"name": {_text(name)}, "value": {_text(value)}, "epoch": {_text(epoch)}, "step": {_text(step)}, '
+            f'"block": {_text(block)}, "t": {_text(t)}')
+    return line + (f', "loop": {_text(loop)}}}' if loop is not None else "}")
+
+
+#: the types of values (and steps) that are stored as they are: to_scalar and to_step keep them
+AS_IS = frozenset({float, int, bool, str, type(None)})
+
+
 class LogWriter:
     """Buffer records in memory; append them to one JSONL file on ``flush``.
 
@@ -109,38 +155,44 @@ class LogWriter:
         self.path = path
         self.sink = sink
         self.on_error = on_error
-        self._buffer: list[tuple] = []
-        self._lock = threading.RLock()  # guards _buffer (reentrant: a signal handler may flush while it is held)
+        # appended to by any thread, taken from by flush: deque.append and popleft are atomic, so
+        # no lock on flor.log's path (a signal handler's flush may run between any two bytecodes)
+        self._buffer: deque[tuple] = deque()
         self._write_lock = threading.RLock()  # one flush writes at a time, in order
         self._failed = False
 
     def add(self, name: str, value: Any, epoch: int | None, step: Any, block: str | None,
             loop: str | None = None) -> None:
-        with self._lock:
-            self._buffer.append((name, value, epoch, step, block, loop, time.time()))
-            full = len(self._buffer) >= 50_000
-        if full:
+        buffer = self._buffer
+        buffer.append((name, value, epoch, step, block, loop, time.time()))
+        if len(buffer) >= 50_000:
             self.flush()
 
     def flush(self) -> None:
         with self._write_lock:
-            with self._lock:
-                buffer, self._buffer = self._buffer, []
+            buffer: list[tuple] = []
+            take = self._buffer.popleft
+            try:
+                for _ in range(len(self._buffer)):  # what is there now; values added meanwhile wait for the next
+                    buffer.append(take())
+            except IndexError:
+                pass  # a signal handler's flush, run in between, took the rest
             if not buffer:
                 return
             lines, recs = [], []
             for name, value, epoch, step, block, loop, t in buffer:
                 try:
-                    if getattr(value, "is_cuda", False):  # a deferred device scalar: synchronize once, here
-                        value = value.item()
-                    if getattr(step, "is_cuda", False):
+                    if type(value) not in AS_IS and getattr(value, "is_cuda", False):
+                        value = value.item()  # a deferred device scalar: synchronize once, here
+                    if type(step) not in AS_IS and getattr(step, "is_cuda", False):
                         step = _whole(step.item())
                         if step is NOT_SCALAR:
                             continue
+                    line = json_line(name, value, epoch, step, block, t, loop)
                     rec = {"name": name, "value": value, "epoch": epoch, "step": step, "block": block, "t": t}
                     if loop is not None:  # outside flor.it: "before" or "after" the loop
                         rec["loop"] = loop
-                    lines.append(json.dumps(rec))
+                    lines.append(line)
                 except (TypeError, ValueError, RuntimeError, OverflowError):
                     continue  # a value flor.log let through cannot be read now: drop it alone
                 recs.append(rec)
