@@ -269,6 +269,35 @@ def test_event_files_are_framed_as_tensorboard_frames_them(tmp_path):
     assert [(e.step, e.value) for e in ea.Scalars("x")] == [(2**62, -2.25)]
 
 
+def test_a_large_batch_is_framed_as_tensorboard_frames_it(tmp_path):
+    """Many values in one write take the batched CRC (frames of one size checksummed together):
+    each frame's checksums are still TensorBoard's own and every value reads back in order."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    from flor.logs.tensorboard import BATCH_CRC_MIN
+
+    tags = ["loss", "lössé/τ", "a" * 300]  # a tag whose length takes a two-byte varint
+    items = [(tags[i % 3], i * 0.37 - 50.0, i * 997 - 3000, 1000.0 + i) for i in range(40 * BATCH_CRC_MIN)]
+    w = EventFileWriter(tmp_path)
+    assert w.add_scalars(items) == len(items)
+    w.close()
+    (path,) = tmp_path.iterdir()
+    data, frames = path.read_bytes(), 0
+    while data:
+        (n,) = struct.unpack("<Q", data[:8])
+        assert struct.unpack("<I", data[8:12])[0] == masked_crc32c(data[:8])
+        assert struct.unpack("<I", data[12 + n:16 + n])[0] == masked_crc32c(data[12:12 + n]), frames
+        data, frames = data[16 + n:], frames + 1
+    assert frames == 1 + len(items)
+    ea = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    ea.Reload()
+    for tag in tags:
+        want = [(step, pytest.approx(value, rel=1e-6), t) for name, value, step, t in items if name == tag]
+        assert [(e.step, e.value, e.wall_time) for e in ea.Scalars(tag)] == want
+
+
 def test_event_writer_that_writes_nothing_leaves_no_file(tmp_path):
     w = EventFileWriter(tmp_path / "tb", suffix=".3")
     assert w.add_scalars([]) == 0

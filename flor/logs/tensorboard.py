@@ -69,13 +69,13 @@ class EventFileWriter:
 
     def add_scalars(self, items: Iterable[tuple[str, float, int, float]]) -> int:
         """Write ``(tag, value, step, wall_time)`` items; return how many were written."""
-        frames = [_record(_event(t, step, _summary(tag, value))) for tag, value, step, t in items]
-        if not frames:
+        events = [_scalar_event(tag, value, step, t) for tag, value, step, t in items]
+        if not events:
             return 0
         out = self._open()
-        out.write(b"".join(frames))
+        out.write(_records(events))
         out.flush()  # readable (and kept by a crash of this process) once the call returns
-        return len(frames)
+        return len(events)
 
     def close(self) -> None:
         if self._file is not None:
@@ -102,24 +102,75 @@ def _field(tag: int, payload: bytes) -> bytes:
     return _varint(tag << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _summary(tag: str, value: float) -> bytes:
-    """``Event.summary`` (field 5) holding ``Summary.Value{tag (1), simple_value (2, float)}``."""
+def _summary_head(tag: str) -> bytes:
+    """``Event.summary`` (field 5) holding ``Summary.Value{tag (1), simple_value (2, float)}``, up to the
+    value's 4 bytes: the same for every value of ``tag`` (a float32 is always 4 bytes long)."""
+    head = _HEADS.get(tag)
+    if head is None:
+        name = _field(1, tag.encode("utf-8"))
+        inner = 1 + len(_varint(len(name) + 5)) + len(name) + 5  # field 1 of Summary: Value{tag, simple_value}
+        head = (_varint(5 << 3 | 2) + _varint(inner) + _varint(1 << 3 | 2) + _varint(len(name) + 5) + name
+                + b"\x15")
+        if len(_HEADS) < 4096:
+            _HEADS[tag] = head
+    return head
+
+
+_HEADS: dict[str, bytes] = {}
+_F32 = struct.Struct("<f").pack
+_F64 = struct.Struct("<d").pack
+
+
+def _float32(value: float) -> bytes:
     try:
-        packed = struct.pack("<f", value)
+        return _F32(value)
     except OverflowError:  # beyond float32: what a protocol buffer float field would hold
-        packed = struct.pack("<f", math.copysign(math.inf, value))
-    return _field(5, _field(1, _field(1, tag.encode("utf-8")) + b"\x15" + packed))
+        return _F32(math.copysign(math.inf, value))
 
 
 def _event(wall_time: float, step: int, rest: bytes) -> bytes:
     """An ``Event``: ``wall_time`` (1, double), ``step`` (2, int64) and ``rest`` (encoded fields)."""
-    return b"\x09" + struct.pack("<d", wall_time) + b"\x10" + _varint(step) + rest
+    return b"\x09" + _F64(wall_time) + b"\x10" + _varint(step) + rest
+
+
+def _scalar_event(tag: str, value: float, step: int, wall_time: float) -> bytes:
+    """An ``Event`` (``_event``) of one scalar, ``tag``'s encoding cached."""
+    return (b"\x09" + _F64(wall_time) + b"\x10" + (_SMALL[step] if 0 <= step < 128 else _varint(step))
+            + _summary_head(tag) + _float32(value))
+
+
+_SMALL = [bytes([n]) for n in range(128)]
 
 
 def _record(data: bytes) -> bytes:
     """A TFRecord frame of ``data``."""
-    head = struct.pack("<Q", len(data))
-    return head + struct.pack("<I", _masked_crc(head)) + data + struct.pack("<I", _masked_crc(data))
+    return _frame_head(len(data)) + data + struct.pack("<I", _masked_crc(data))
+
+
+def _frame_head(size: int) -> bytes:
+    """A TFRecord frame's first 12 bytes: ``size`` and the masked CRC of it (cached: events of
+    one tag mostly have one size)."""
+    head = _FRAME_HEADS.get(size)
+    if head is None:
+        head = struct.pack("<Q", size)
+        head += struct.pack("<I", _masked_crc(head))
+        if len(_FRAME_HEADS) < 4096:
+            _FRAME_HEADS[size] = head
+    return head
+
+
+_FRAME_HEADS: dict[int, bytes] = {}
+
+
+def _records(events: list[bytes]) -> bytes:
+    """The TFRecord frames of ``events``, one after the other. Their CRCs, a loop over every
+    byte, computed for many frames of one size at once with NumPy (~20x fewer Python steps:
+    a recording that logs at every batch paid ~8 us of GIL-holding CPU per value for them)."""
+    crcs = _masked_crcs(events)
+    return b"".join(_frame_head(len(data)) + data + _U32(crc) for data, crc in zip(events, crcs))
+
+
+_U32 = struct.Struct("<I").pack
 
 
 def _crc_table() -> list[int]:
@@ -151,6 +202,52 @@ def crc32c(data: bytes) -> int:
 def _masked_crc(data: bytes) -> int:
     crc = crc32c(data)
     return ((crc >> 15 | crc << 17) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+#: frames of one size from which their CRCs are computed together (below: one at a time)
+BATCH_CRC_MIN = 32
+
+
+def _masked_crcs(datas: list[bytes]) -> list[int]:
+    """``[_masked_crc(d) for d in datas]``: byte by byte across all frames of one length at once.
+
+    >>> datas = [b"", b"a", b"123456789"] + [bytes([i, 7, i * 3 % 256]) for i in range(100)]
+    >>> _masked_crcs(datas) == [_masked_crc(d) for d in datas]
+    True
+    """
+    out = [0] * len(datas)
+    sizes: dict[int, list[int]] = {}
+    for i, data in enumerate(datas):
+        sizes.setdefault(len(data), []).append(i)
+    for size, at in sizes.items():
+        if len(at) < BATCH_CRC_MIN or size == 0:
+            for i in at:
+                out[i] = _masked_crc(datas[i])
+            continue
+        import numpy as np
+
+        table = _np_table()
+        rows = np.frombuffer(b"".join([datas[i] for i in at]), dtype=np.uint8).reshape(len(at), size)
+        crc = np.full(len(at), 0xFFFFFFFF, dtype=np.uint32)
+        for j in range(size):
+            crc = table[(crc ^ rows[:, j]) & 0xFF] ^ (crc >> 8)
+        crc ^= np.uint32(0xFFFFFFFF)
+        masked = ((crc >> 15) | (crc << 17)) + np.uint32(0xA282EAD8)  # uint32: wraps as the & 0xFFFFFFFF does
+        for i, value in zip(at, masked.tolist()):
+            out[i] = value
+    return out
+
+
+def _np_table() -> Any:
+    global _NP_CRC
+    if _NP_CRC is None:
+        import numpy as np
+
+        _NP_CRC = np.array(_CRC, dtype=np.uint32)
+    return _NP_CRC
+
+
+_NP_CRC = None
 
 
 # -- from log records to scalars ---------------------------------------------------------
