@@ -40,7 +40,7 @@ from flor.state import (
 from flor.state.pending import _aligned_empty
 from flor.store.blobs import BlobStore
 from flor.store.hashing import hash_bytes
-from flor.store.local import DIRECT_MIN, PAGE, LocalBackend, _address, _write_direct
+from flor.store.local import DIRECT_MIN, PAGE, LocalBackend, _write_direct, address
 from flor.store.manifest import canonical_json, check_node, seal
 
 
@@ -251,7 +251,7 @@ def test_a_small_checkpoint_is_one_page_aligned_pack_and_a_frozen_leaf_is_stored
     blobs, entries = hash_and_pack([p1], index)
     assert len(blobs) == 1, "every leaf, the 512 KiB one too, in one pack"
     pack, digest = blobs[0]
-    assert memoryview(pack).nbytes >= DIRECT_MIN and _address(memoryview(pack)) % PAGE == 0  # written around the page cache
+    assert memoryview(pack).nbytes >= DIRECT_MIN and address(memoryview(pack)) % PAGE == 0  # written around the page cache
     store = {digest: bytes(pack)}
     index.remember(entries)
     assert all(n["h"] == digest and "o" in n for n in _tensor_nodes(p1.tree))

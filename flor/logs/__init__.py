@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections import deque
 import time
 import warnings
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 

@@ -22,6 +22,7 @@ run that logged (issue #13). TensorBoard itself reads them (tested).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -61,7 +62,7 @@ class EventFileWriter:
             name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
                     f"{next(_UID)}{self.suffix}")
             self._file = open(self.logdir / name, "ab")
-            self._file.write(_record(_event(time.time(), 0, b"\x1a\x0dbrain.Event:2")))
+            self._file.write(_records([_event(time.time(), 0, b"\x1a\x0dbrain.Event:2")]))
         return self._file
 
     def add_scalar(self, tag: str, value: float, step: int, wall_time: float | None = None) -> None:
@@ -88,6 +89,8 @@ _UID = itertools.count()
 
 def _varint(n: int) -> bytes:
     """A protocol buffer varint; a negative int64 as its 64-bit two's complement."""
+    if 0 <= n < 128:
+        return _SMALL[n]
     n &= 0xFFFF_FFFF_FFFF_FFFF
     out = bytearray()
     while n > 0x7F:
@@ -95,6 +98,9 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+_SMALL = [bytes([n]) for n in range(128)]
 
 
 def _field(tag: int, payload: bytes) -> bytes:
@@ -107,10 +113,7 @@ def _summary_head(tag: str) -> bytes:
     value's 4 bytes: the same for every value of ``tag`` (a float32 is always 4 bytes long)."""
     head = _HEADS.get(tag)
     if head is None:
-        name = _field(1, tag.encode("utf-8"))
-        inner = 1 + len(_varint(len(name) + 5)) + len(name) + 5  # field 1 of Summary: Value{tag, simple_value}
-        head = (_varint(5 << 3 | 2) + _varint(inner) + _varint(1 << 3 | 2) + _varint(len(name) + 5) + name
-                + b"\x15")
+        head = _field(5, _field(1, _field(1, tag.encode("utf-8")) + b"\x15" + bytes(4)))[:-4]
         if len(_HEADS) < 4096:
             _HEADS[tag] = head
     return head
@@ -134,17 +137,8 @@ def _event(wall_time: float, step: int, rest: bytes) -> bytes:
 
 
 def _scalar_event(tag: str, value: float, step: int, wall_time: float) -> bytes:
-    """An ``Event`` (``_event``) of one scalar, ``tag``'s encoding cached."""
-    return (b"\x09" + _F64(wall_time) + b"\x10" + (_SMALL[step] if 0 <= step < 128 else _varint(step))
-            + _summary_head(tag) + _float32(value))
-
-
-_SMALL = [bytes([n]) for n in range(128)]
-
-
-def _record(data: bytes) -> bytes:
-    """A TFRecord frame of ``data``."""
-    return _frame_head(len(data)) + data + struct.pack("<I", _masked_crc(data))
+    """An ``Event`` of one scalar, ``tag``'s encoding cached."""
+    return _event(wall_time, step, _summary_head(tag) + _float32(value))
 
 
 def _frame_head(size: int) -> bytes:
@@ -238,16 +232,11 @@ def _masked_crcs(datas: list[bytes]) -> list[int]:
     return out
 
 
+@functools.cache
 def _np_table() -> Any:
-    global _NP_CRC
-    if _NP_CRC is None:
-        import numpy as np
+    import numpy as np
 
-        _NP_CRC = np.array(_CRC, dtype=np.uint32)
-    return _NP_CRC
-
-
-_NP_CRC = None
+    return np.array(_CRC, dtype=np.uint32)
 
 
 # -- from log records to scalars ---------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from ..store.hashing import hash_bytes
-from ..store.local import DIRECT_MIN, PAGE
+from ..store.local import DIRECT_MIN, PAGE, address
 from ..store.manifest import canonical_json
 
 __all__ = ["BufferPool", "PACK_ALL_BYTES", "PACK_LEAF_BYTES", "PackIndex", "Pending", "hash_and_pack"]
@@ -326,13 +326,13 @@ def _joined(chunks: list[memoryview | bytes], size: int, into: memoryview | None
         if size < DIRECT_MIN:
             return b"".join(chunks)
         into = _tensor_bytes(_aligned_empty(size))
-    base = None if into.readonly else ctypes.addressof(ctypes.c_char.from_buffer(into))
+    base = address(into)  # None where read-only
     at = 0
     for chunk in chunks:
         view = memoryview(chunk).cast("B")
         n = view.nbytes
-        if n >= NOGIL_COPY_BYTES and base is not None and not view.readonly:
-            src = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        src = address(view) if n >= NOGIL_COPY_BYTES and base is not None else None
+        if src is not None:
             t0 = time.thread_time()
             ctypes.memmove(base + at, src, n)
             if nogil is not None:

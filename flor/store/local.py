@@ -246,7 +246,7 @@ PAGE = 4096
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
-def _address(view: memoryview) -> int | None:
+def address(view: memoryview) -> int | None:
     """Where a writable buffer starts in memory; None for a read-only one."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(view))
@@ -266,7 +266,7 @@ def _write_direct(fd: int, data: bytes | memoryview) -> bool:
     """
     view = memoryview(data).cast("B")
     bulk = view.nbytes - view.nbytes % PAGE
-    if not _O_DIRECT or bulk < DIRECT_MIN or (_address(view) or 1) % PAGE:
+    if not _O_DIRECT or bulk < DIRECT_MIN or (address(view) or 1) % PAGE:
         return False
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try:
