@@ -194,6 +194,133 @@ def test_what_the_fast_walk_does_not_know_takes_the_full_path():
     assert again.build is not None and materialized(again)[0] == full([net, opt])
 
 
+def _walks(obj):
+    from flor.state.cache import _flatten
+
+    out = []
+    for direct in (True, False):
+        sig, vals, tensors = [], [], []
+        ok = _flatten(obj, sig, vals, tensors, direct=direct)
+        out.append((ok, sig, vals, [(t.data_ptr(), t.stride()) for t in tensors]))
+    return out
+
+
+class _Extra(torch.nn.Linear):
+    def get_extra_state(self):
+        return {"calls": 3}
+
+    def set_extra_state(self, state):
+        pass
+
+
+def _modules():
+    torch.manual_seed(0)
+    bn = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    bn(torch.randn(2, 1, 5, 5))  # num_batches_tracked moves; BatchNorm's _version is 2
+    no_bias = torch.nn.Sequential(torch.nn.Linear(3, 3, bias=False), torch.nn.LayerNorm(3))
+    holes = torch.nn.Module()
+    holes.a, holes.gone = torch.nn.Linear(2, 2), None  # a submodule set to None
+    holes.register_buffer("kept", torch.ones(2))
+    holes.register_buffer("scratch", torch.zeros(2), persistent=False)
+    holes.register_buffer("empty", None)
+    nested = torch.nn.ModuleDict({"blocks": torch.nn.ModuleList([torch.nn.LSTM(3, 4), torch.nn.Embedding(5, 2)]),
+                                  "head": torch.nn.TransformerEncoderLayer(8, 2, 16)})
+    added = torch.ones(1)  # (the same tensor each time: the walks are compared by memory)
+    hooked = torch.nn.Linear(2, 2)
+    hooked.register_state_dict_post_hook(lambda m, sd, prefix, local: sd.__setitem__(prefix + "extra", added))
+    pre = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    pre[0].register_state_dict_pre_hook(lambda m, prefix, keep_vars: None)
+    own = torch.nn.Linear(2, 2)
+    own.state_dict = lambda *a, **k: {"mine": added}  # an instance's own state_dict
+    return {"batchnorm": bn, "no bias": no_bias, "holes": holes, "nested": nested, "post hook": hooked,
+            "pre hook": pre, "own state_dict": own, "extra state": torch.nn.Sequential(_Extra(2, 2))}
+
+
+def _optimizers():
+    out = {}
+    for name, make in {
+        "sgd momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        "adam before a step": lambda p: torch.optim.Adam(p),
+        "adamw two groups": lambda p: torch.optim.AdamW([{"params": p[:1], "lr": 0.1}, {"params": p[1:]}]),
+        "rmsprop": lambda p: torch.optim.RMSprop(p, centered=True),
+        "adagrad": lambda p: torch.optim.Adagrad(p),
+    }.items():
+        net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+        opt = make(list(net.parameters()))
+        if name != "adam before a step":
+            net(torch.randn(5, 3)).sum().backward()
+            opt.step()
+        out[name] = opt
+    hooked = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    hooked.register_state_dict_post_hook(lambda o, sd: {**sd, "note": 1})
+    out["post hook"] = hooked
+    return out
+
+
+def _schedulers():
+    def opt():
+        return torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, momentum=0.9)
+
+    made = {
+        "step": lambda: torch.optim.lr_scheduler.StepLR(opt(), 3),
+        "one cycle": lambda: torch.optim.lr_scheduler.OneCycleLR(opt(), max_lr=0.1, total_steps=10),
+        "plateau": lambda: torch.optim.lr_scheduler.ReduceLROnPlateau(opt()),
+        "cyclic": lambda: torch.optim.lr_scheduler.CyclicLR(opt(), 0.01, 0.1),
+        "lambda": lambda: torch.optim.lr_scheduler.LambdaLR(opt(), lambda e: 0.9 ** e),
+        "warm restarts": lambda: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt(), 4),
+    }
+    out = {}
+    for name, make in made.items():
+        sched = make()
+        sched.optimizer.step()
+        sched.step(1.0) if name == "plateau" else sched.step()
+        out[name] = sched
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_modules()) + [f"opt:{n}" for n in _optimizers()]
+                         + [f"sched:{n}" for n in _schedulers()])
+def test_the_in_place_walk_finds_what_the_walk_over_state_dict_finds(name):
+    """The fast walk reads a module's parameters and buffers, an optimizer's state and groups and
+    a scheduler's attributes in place rather than through state_dict(): the same structure, plain
+    values and tensors (the same memory, in the same order), hooks, an instance's own
+    state_dict, extra state, None entries and non-persistent buffers included."""
+    from flor.state import cache as cache_module
+
+    kind, _, key = name.rpartition(":")
+    obj = {"": _modules, "opt": _optimizers, "sched": _schedulers}[kind]()[key]
+    direct, through_state_dict = _walks(obj)
+    assert direct == through_state_dict
+    walk = {"": cache_module._module, "opt": cache_module._optimizer, "sched": cache_module._scheduler}[kind]
+    in_place = walk(obj, [], [], []) if kind == "" else walk(obj, [], [], [], 0, True)
+    plain = key not in ("post hook", "pre hook", "own state_dict", "extra state", "cyclic", "lambda")
+    assert (in_place is not None) is plain  # torch's own state_dict: walked in place; else through it
+    assert direct[0] or key == "extra state"
+
+
+def test_a_walk_that_disagrees_with_state_dict_is_not_used(monkeypatch):
+    """Should the in-place walk ever see a module otherwise than its state_dict() does, the
+    block's snapshots walk state_dict() (and are still the full encoding)."""
+    from flor.state import cache as cache_module
+
+    real = cache_module._module
+
+    def swapped(m, sig, vals, tensors):  # the first two tensors in the wrong order
+        done = real(m, sig, vals, tensors)
+        tensors[0], tensors[1] = tensors[1], tensors[0]
+        return done
+
+    net, opt, sched, scaler = make_training()
+    train_steps(net, opt, sched, n=2)
+    monkeypatch.setattr(cache_module, "_module", swapped)
+    cache = TreeCache()
+    snapshot([net, opt, sched], cache=cache).release()
+    assert not cache.direct and not cache.off
+    train_steps(net, opt, sched, n=2)
+    fast = snapshot([net, opt, sched], cache=cache)
+    assert fast.build is not None and materialized(fast)[0] == full([net, opt, sched])
+
+
 def test_a_block_without_tensors_takes_the_fast_path_too():
     stats = {"seen": 0, "norm": 1.5}
     cache = TreeCache()
@@ -365,6 +492,37 @@ def test_same_rng_sees_any_generator_move(draw):
      "numpy gauss": np.random.standard_normal, "torch": lambda: torch.rand(1)}[draw]()
     assert same_rng(before, capture_rng(raw=True)) is (draw == "nothing")
     assert not same_rng(capture_rng(), capture_rng())  # get_state's form: never assumed the same
+
+
+@pytest.mark.parametrize("setup", ["seeded", "set_state", "gauss spare", "reseeded after reading"])
+def test_a_raw_capture_holds_the_states_of_its_time(setup):
+    """capture_rng(raw=True) reads Python's and NumPy's generators from memory and clones
+    torch's; encoded later (on the writer, after training drew more numbers) it is exactly what
+    capture_rng() gave at the same instant, whatever set the generators."""
+    from flor.state import snapshot_rng
+
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    if setup == "set_state":
+        random.setstate(random.Random(9).getstate())
+        np.random.set_state(np.random.RandomState(9).get_state())
+        torch.set_rng_state(torch.Generator().manual_seed(9).get_state())
+    elif setup == "gauss spare":
+        np.random.standard_normal(), random.gauss(0, 1)  # a spare deviate kept by each
+    elif setup == "reseeded after reading":
+        capture_rng(raw=True)
+        random.seed(4), np.random.seed(4), torch.manual_seed(4)
+    torch.rand(3), np.random.rand(2), random.random()
+    raw, plain = capture_rng(raw=True), capture_rng()
+
+    def draws():
+        return torch.rand(5).tolist(), np.random.rand(5).tolist(), np.random.standard_normal(), random.random()
+
+    expected = draws()  # training goes on before the writer encodes the capture
+    a, b = snapshot_rng(raw), snapshot_rng(plain)
+    (tree, blobs), (tree_b, blobs_b) = materialized(a), materialized(b)
+    assert tree == tree_b and blobs == blobs_b
+    restore_rng(decode(tree, blobs.__getitem__))
+    assert draws() == expected
 
 
 @pytest.mark.parametrize("evaluation", ["draws", "does not draw"])

@@ -18,7 +18,7 @@ from ..store.manifest import NP_BITGENS, NP_KINDS
 from .cache import TreeCache
 from .nodes import _PRIMITIVES, _qualname
 from .pending import BufferPool, Pending, _is_plain_tensor
-from .rng import NumpyRaw
+from .rng import NumpyRaw, settled
 
 __all__ = ["snapshot", "snapshot_rng"]
 
@@ -233,6 +233,7 @@ def snapshot_rng(state: Any) -> Pending:
     >>> raw.tree == slow.tree and [bytes(d) for _, d in raw.leaves()] == [bytes(d) for _, d in slow.leaves()]
     True
     """
+    state = settled(state)  # torch's generator as a clone: its state tensor
     if type(state) is dict and isinstance(state.get("numpy"), NumpyRaw):  # capture_rng(raw=True)
         return _snapshot_raw_rng(state)
     try:

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import StateError
 
-__all__ = ["RNG_BYTES", "NumpyRaw", "capture_rng", "restore_rng", "same_rng"]
+__all__ = ["RNG_BYTES", "NumpyRaw", "capture_rng", "restore_rng", "same_rng", "settled"]
 
 
 #: about the bytes one capture_rng() holds on the CPU (Python 2.5 kB, NumPy 2.5 kB, torch 5 kB)
@@ -30,8 +30,11 @@ def capture_rng(like: Any = None, *, raw: bool = False) -> dict:
     2.5 kB rather than 625 JSON numbers; ``like``, a recorded RNG tree of a flor that kept the
     numbers, makes this capture keep them too, so the two compare. With ``raw`` (the
     recorder: its captures only go to ``snapshot_rng``), Python's and NumPy's generators are
-    read from memory as raw bytes where they can be (``_python_raw``, ``NumpyRaw``): ~10 us in
-    all rather than ~70-130 us of the training thread (issue #13).
+    read from memory as raw bytes where they can be (``_python_raw``, ``NumpyRaw``), and
+    torch's CPU generator is cloned (``Generator.clone_state``: no tensor made on the training
+    thread; ``settled`` turns the clone into ``get_rng_state``'s tensor, on the writer): ~3 us
+    in all rather than ~10, and ~50 us rather than ~120 right after an epoch of training has
+    taken the caches (issue #13).
     """
     python = raw and _python_raw()
     if python:
@@ -46,10 +49,28 @@ def capture_rng(like: Any = None, *, raw: bool = False) -> dict:
     state: dict[str, Any] = {
         "python": (version, words, gauss),
         "numpy": (raw and NumpyRaw.capture()) or np.random.get_state(legacy=False),
-        "torch": torch.get_rng_state(),
+        "torch": _torch_clone() if raw else torch.get_rng_state(),
     }
     if torch.cuda.is_initialized() and torch.cuda.is_available():  # the first is free, the second not
         state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+_CLONE = getattr(torch.Generator, "clone_state", None)
+
+
+def _torch_clone() -> Any:
+    """A copy of torch's CPU generator (a ``torch.Generator``), or where this torch has no
+    ``clone_state``, its state tensor."""
+    generator = torch.default_generator
+    return _CLONE(generator) if _CLONE is not None else generator.get_state()
+
+
+def settled(state: Any) -> Any:
+    """A ``capture_rng(raw=True)`` capture with torch's generator as its state tensor (the
+    form ``capture_rng`` gives without ``raw``), in place."""
+    if type(state) is dict and type(state.get("torch")) is torch.Generator:
+        state["torch"] = state["torch"].get_state()
     return state
 
 
@@ -65,6 +86,7 @@ def same_rng(a: Any, b: Any) -> bool:
     """
     if type(a) is not dict or type(b) is not dict or tuple(a) != ("python", "numpy", "torch") or tuple(b) != tuple(a):
         return False
+    a, b = settled(a), settled(b)
     x, y = a["numpy"], b["numpy"]
     if type(x) is not NumpyRaw or type(y) is not NumpyRaw or (x.state, x.has_gauss, x.gauss) != (y.state, y.has_gauss, y.gauss):
         return False
@@ -152,15 +174,14 @@ class NumpyRaw:
 
     @classmethod
     def capture(cls) -> NumpyRaw | None:
-        offsets = _LAYOUT.get("offsets", False)
-        if offsets is False:
-            offsets = _LAYOUT["offsets"] = _layout()
-        if offsets is None:
-            return None
         rs = np.random.mtrand._rand
-        if type(rs) is not np.random.RandomState or type(rs._bit_generator) is not np.random.MT19937:
+        reader = _READERS.get("numpy")
+        if reader is None or reader[0] is not rs or reader[1] is not rs._bit_generator:
+            reader = _READERS["numpy"] = _numpy_reader(rs)
+        if reader[2] is None:
             return None
-        return cls.read(rs, offsets)
+        state, has_gauss, gauss = reader[2]
+        return cls(state.raw, has_gauss.value, gauss.value)
 
     @classmethod
     def read(cls, rs: Any, offsets: tuple[int, int]) -> NumpyRaw:
@@ -188,6 +209,24 @@ class NumpyRaw:
 
 
 _LAYOUT: dict[str, Any] = {}
+#: per generator kind: (the generator object, its bit generator, (ctypes views of its memory) or None); the
+#: views are made once per object, which the entry keeps alive (their addresses stay valid)
+_READERS: dict[str, tuple] = {}
+
+
+def _numpy_reader(rs: Any) -> tuple:
+    """``_READERS["numpy"]`` for NumPy's global ``RandomState`` ``rs``: views of its bit
+    generator's state and of ``has_gauss`` and ``gauss`` (``_layout``), or None where they
+    cannot be read raw (another bit generator or Python, a NumPy laid out otherwise)."""
+    bitgen = getattr(rs, "_bit_generator", None)
+    offsets = _LAYOUT.get("offsets", False)
+    if offsets is False:
+        offsets = _LAYOUT["offsets"] = _layout()
+    if offsets is None or type(rs) is not np.random.RandomState or type(bitgen) is not np.random.MT19937:
+        return rs, bitgen, None
+    base = id(rs)
+    return rs, bitgen, ((ctypes.c_char * NumpyRaw.STATE_BYTES).from_address(bitgen.ctypes.state_address),
+                        ctypes.c_int.from_address(base + offsets[0]), ctypes.c_double.from_address(base + offsets[1]))
 
 
 def _layout() -> tuple[int, int] | None:
@@ -234,14 +273,20 @@ def _python_raw() -> tuple[int, bytes, Any] | None:
     global ``random.Random``'s memory (``getstate`` builds a tuple of 625 ints, and the bytes
     are made from it again); None where that cannot be done. The C object keeps the position
     as an ``int`` right before the 624 words; both offsets are found once, on a private
-    instance, and checked there and on the global one against ``getstate``."""
-    at = _LAYOUT.get("python", False)
-    if at is False:
-        at = _LAYOUT["python"] = _python_layout()
+    instance, and checked there and on the global one against ``getstate``; the view of the
+    global instance's memory is made once (``_READERS``)."""
     inst = random._inst  # type: ignore[attr-defined]
-    if at is None or type(inst) is not random.Random:
+    reader = _READERS.get("python")
+    if reader is None or reader[0] is not inst:
+        at = _LAYOUT.get("python", False)
+        if at is False:
+            at = _LAYOUT["python"] = _python_layout()
+        view = None if at is None or type(inst) is not random.Random else (ctypes.c_char * 2500).from_address(id(inst) + at - 4)
+        reader = _READERS["python"] = (inst, None, view)
+    if reader[2] is None:
         return None
-    return random.Random.VERSION, _python_words(inst, at), inst.gauss_next  # type: ignore[attr-defined]
+    memory = reader[2].raw
+    return random.Random.VERSION, memory[4:] + memory[:4], inst.gauss_next  # type: ignore[attr-defined]
 
 
 def _python_words(inst: random.Random, at: int) -> bytes:
