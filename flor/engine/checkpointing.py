@@ -8,6 +8,8 @@ import time
 from typing import Any
 
 from ..policy import charge_for
+from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, same_rng, snapshot,
+                     snapshot_rng)  # here, not per checkpoint: an import statement costs ~10 us with cold caches
 from ..store.hashing import hash_bytes
 from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes
 from ..store.trust import signer
@@ -22,9 +24,6 @@ class Checkpointing:
     ``snapshot_bytes``, the writer, the store, the policy and the idle meter)."""
 
     def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float) -> None:
-        from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, same_rng,
-                             snapshot, snapshot_rng)
-
         if self.pool is None:
             self.pool, self.packs = BufferPool(), PackIndex()
         if not self.writer.has_room(self.snapshot_bytes.get(name, 0)):  # behind: skip, never wait

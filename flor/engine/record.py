@@ -22,6 +22,7 @@ from .objects import warn_forgotten
 from .checkpointing import Checkpointing
 from .session import Session, as_result, copy_source, new_run_id
 from ..settings import Settings
+from ..state import capture_rng
 from ..store import BackgroundWriter
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
@@ -196,8 +197,6 @@ class RecordSession(Checkpointing, Session):
     # -- blocks ------------------------------------------------------------------------
 
     def step_into(self, name: str, probed: bool) -> bool:
-        from ..state import capture_rng
-
         self.open_block(name)
         # the RNG state the block starts from: a replay that re-executes the block starts it
         # from here too, even when the script never seeded Python's or NumPy's generator

@@ -424,7 +424,7 @@ class TreeCache:
             nodes: list[dict] = []
             return _build(template, iter(vals), nodes), nodes
 
-        return Pending(tree=None, tensors=[(None, d) for d in dsts], build=build,  # type: ignore[misc]
+        return Pending(tree=None, tensors=dsts.pairs(), build=build,  # type: ignore[misc]
                        on_release=lambda: self._give(dsts, sig), buffer_set=dsts,
                        render=lambda light: self._render(template, vals, light), copy_s=copy_s)
 
@@ -498,12 +498,20 @@ class _BufferSet(list):
 
     _views: list[memoryview] | None = None
     _nbytes: int | None = None
+    _pairs: list[tuple[None, torch.Tensor]] | None = None
 
     @property
     def nbytes(self) -> int:
         if self._nbytes is None:
             self._nbytes = sum(t.numel() * t.element_size() for t in self)
         return self._nbytes
+
+    def pairs(self) -> list[tuple[None, torch.Tensor]]:
+        """``Pending.tensors`` of a snapshot into this set (node None: built on the writer),
+        made once; a Pending replaces its list, never changes it."""
+        if self._pairs is None:
+            self._pairs = [(None, t) for t in self]
+        return self._pairs
 
     def views(self) -> list[memoryview]:
         if self._views is None:
