@@ -10,16 +10,22 @@ background writer's CPU and GIL time per checkpoint; and with the default 1% bud
 ``--epochs`` and for ``--long-epochs``, reporting how many epochs it checkpointed and what the
 budget was charged with (``checkpoint_policy.charged``).
 
-    python benchmarks/checkpoint_fixed_cost.py [--epochs 6] [--long-epochs 30] [--quick]
+With ``--base REV`` the every-epoch recording also runs with flor at git revision REV (a
+temporary worktree on PYTHONPATH), ``--rounds`` times interleaved with this tree's, and the
+fixed costs are reported side by side (median of each round's median, and each round's ratio).
+
+    python benchmarks/checkpoint_fixed_cost.py [--epochs 6] [--long-epochs 30] [--base REV] [--rounds 3] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
+from ab_versions import REPO, worktree
 from common import env, median, run, run_meta, save, table
 
 CNN = Path(__file__).resolve().parent.parent / "examples" / "cnn.py"
@@ -31,18 +37,32 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--long-epochs", type=int, default=30, help="a longer run at the default budget")
     ap.add_argument("--quick", action="store_true", help="3 epochs: a smoke test")
+    ap.add_argument("--base", help="a git revision whose fixed cost is measured beside this tree's")
+    ap.add_argument("--rounds", type=int, default=3, help="with --base: interleaved rounds of each")
     opts = ap.parse_args()
     epochs = 3 if opts.quick else opts.epochs
     tmp = Path(tempfile.mkdtemp(prefix="flor-fixed-"))
     long_epochs = 3 if opts.quick else opts.long_epochs
+    base_tree = worktree(opts.base, tmp / "base") if opts.base else None
+    rounds: list[dict] = []
     try:  # every epoch, over the longer run: medians and means over more checkpoints than the first
-        run([str(CNN), "--epochs", str(long_epochs), "--flor", "every"], env(tmp / "every", threads=1, FLOR_EVERY="1"))
-        every = run_meta(tmp / "every", "every")
+        for i in range(opts.rounds if base_tree is not None else 1):
+            row = {}
+            for label, tree in ((("base", base_tree),) if base_tree is not None else ()) + (("this", None),):
+                extra = {"PYTHONPATH": str(tree)} if tree is not None else {}
+                name = f"every-{label}-{i}"
+                run([str(CNN), "--epochs", str(long_epochs), "--flor", name],
+                    env(tmp / name, threads=1, FLOR_EVERY="1", **extra))
+                row[label] = run_meta(tmp / name, name)
+            rounds.append(row)
+        every = rounds[-1]["this"]
         run([str(CNN), "--epochs", str(epochs), "--flor", "default"], env(tmp / "default", threads=1))
         default = run_meta(tmp / "default", "default")
         run([str(CNN), "--epochs", str(long_epochs), "--flor", "long"], env(tmp / "long", threads=1))
         long = run_meta(tmp / "long", "long")
     finally:
+        if base_tree is not None:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_tree)], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
     stalls = every["timings"]["stall_s"]
     copies = every["timings"]["copy_s"]  # of each stall: the tensor copies (0 for the first, fully encoded)
@@ -66,6 +86,16 @@ def main() -> None:
                                 "of": long_epochs, "charged": long["checkpoint_policy"]["charged"],
                                 "charged_s": long["checkpoint_policy"]["charged_s"]},
     }
+    if base_tree is not None:
+        fixed_by_round = [{label: median(fixed_ms(meta)) for label, meta in row.items()} for row in rounds]
+        result["base"] = {
+            "rev": opts.base, "rounds": fixed_by_round,
+            "median_fixed_ms": {k: median([r[k] for r in fixed_by_round]) for k in ("base", "this")},
+            "ratio_by_round": [r["this"] / r["base"] for r in fixed_by_round],
+        }
+        print(table([[i, f"{r['base']:.3f}", f"{r['this']:.3f}", f"{r['this'] / r['base']:.2f}x"]
+                     for i, r in enumerate(fixed_by_round)],
+                    ["round", f"fixed ms, base {opts.base}", "fixed ms, this tree", "ratio"]))
     print(table([["training-thread time per checkpoint (median)", f"{result['median_stall_ms']:.2f} ms"],
                  ["... of it copying the tensors' bytes", f"{result['median_copy_ms']:.2f} ms"],
                  ["RNG capture at the block's start, per epoch", f"{result['median_start_ms']:.2f} ms"],
@@ -78,6 +108,12 @@ def main() -> None:
                  ["... in a longer run", f"{len(result['default_budget_long']['checkpointed_epochs'])} of {long_epochs}"],
                  ["charged", policy["charged"]]], ["digits CNN", "value"]))
     print("wrote", save("checkpoint_fixed_cost", result))
+
+
+def fixed_ms(meta: dict) -> list[float]:
+    """A recording's fixed cost per checkpoint (stall - copy + the start capture), the first left out, in ms."""
+    t = meta["timings"]
+    return [(s - c + r) * 1e3 for s, c, r in zip(t["stall_s"][1:], t["copy_s"][1:], t["start_s"][1:])]
 
 
 if __name__ == "__main__":
