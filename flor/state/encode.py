@@ -252,8 +252,8 @@ def snapshot_rng(state: Any) -> Pending:
             raise LookupError
     except (LookupError, TypeError, ValueError):
         return snapshot(state, copy=False)
-    key_bytes = torch.from_numpy(np.ascontiguousarray(key)).view(torch.uint8)
-    return _rng_pending(py, key.dtype.str, key.size, numpy_state["pos"], npy["has_gauss"], npy["gauss"], key_bytes, tch)
+    return _rng_pending(py, key.dtype.str, key.size, numpy_state["pos"], npy["has_gauss"], npy["gauss"],
+                        np.ascontiguousarray(key).tobytes(), tch)
 
 
 def _plain_rng(py: Any, tch: Any) -> bool:
@@ -276,13 +276,13 @@ def _snapshot_raw_rng(state: dict) -> Pending:
             raise LookupError
     except (LookupError, TypeError, ValueError):
         return snapshot({**state, "numpy": npy.as_dict()}, copy=False)
-    key_bytes = torch.frombuffer(bytearray(npy.key), dtype=torch.uint8)
     return _rng_pending(state["python"], _KEY_DTYPE, len(npy.key) // 4, npy.pos, npy.has_gauss, npy.gauss,
-                        key_bytes, state["torch"])
+                        npy.key, state["torch"])
 
 
 def _rng_pending(py: tuple, key_dtype: str, key_size: int, pos: int, has_gauss: int, gauss: float,
-                 key_bytes: torch.Tensor, tch: torch.Tensor) -> Pending:
+                 key_bytes: bytes, tch: torch.Tensor) -> Pending:
+    """The RNG tree; every leaf as bytes (no tensor views to make on the writer)."""
     version, words, py_gauss = py
     key_node = {"t": "ndarray", "dtype": key_dtype, "shape": [key_size]}
     torch_node = {"t": "tensor", "dtype": "uint8", "shape": [tch.numel()], "device": "cpu", "rg": False}
@@ -292,7 +292,7 @@ def _rng_pending(py: tuple, key_dtype: str, key_size: int, pos: int, has_gauss: 
         {"t": "dict", "k": list(_NUMPY_KEYS), "v": [
             "MT19937", {"t": "dict", "k": ["key", "pos"], "v": [key_node, pos]}, has_gauss, gauss]},
         torch_node]}
-    return Pending(tree=tree, tensors=[(key_node, key_bytes), (torch_node, tch.detach())], raw=[(words_node, words)])
+    return Pending(tree=tree, raw=[(key_node, key_bytes), (torch_node, tch.numpy().tobytes()), (words_node, words)])
 
 
 _STREAMS: dict[Any, Any] = {}

@@ -258,11 +258,12 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     """
     blobs: list[tuple[memoryview | bytes, str]] = []
     small: list[tuple[dict, memoryview | bytes, int, str]] = []
-    leaves = [(node, data, memoryview(data).nbytes) for part in parts for node, data in part.leaves()]
+    leaves = [(node, data, len(data) if type(data) is bytes else memoryview(data).nbytes)
+              for part in parts for node, data in part.leaves()]
     if sum(n for _, _, n in leaves) <= pack_all:
         threshold = pack_all + 1
     for node, data, nbytes in leaves:
-        digest = _hash(data, nbytes, nogil)
+        digest = hash_bytes(data) if nbytes < NOGIL_HASH_BYTES else _hash(data, nbytes, nogil)
         if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
             node["sha256"] = hashlib.sha256(data).hexdigest()
         if nbytes >= threshold:
