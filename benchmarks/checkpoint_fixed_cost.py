@@ -88,14 +88,18 @@ def main() -> None:
     }
     if base_tree is not None:
         fixed_by_round = [{label: median(fixed_ms(meta)) for label, meta in row.items()} for row in rounds]
+        gil_by_round = [{label: gil_ms(meta) for label, meta in row.items()} for row in rounds]
         result["base"] = {
-            "rev": opts.base, "rounds": fixed_by_round,
+            "rev": opts.base, "rounds": fixed_by_round, "gil_ms_by_round": gil_by_round,
             "median_fixed_ms": {k: median([r[k] for r in fixed_by_round]) for k in ("base", "this")},
             "ratio_by_round": [r["this"] / r["base"] for r in fixed_by_round],
+            "gil_ratio_by_round": [r["this"] / r["base"] for r in gil_by_round],
         }
-        print(table([[i, f"{r['base']:.3f}", f"{r['this']:.3f}", f"{r['this'] / r['base']:.2f}x"]
-                     for i, r in enumerate(fixed_by_round)],
-                    ["round", f"fixed ms, base {opts.base}", "fixed ms, this tree", "ratio"]))
+        print(table([[i, f"{r['base']:.3f}", f"{r['this']:.3f}", f"{r['this'] / r['base']:.2f}x",
+                      f"{g['base']:.2f}", f"{g['this']:.2f}", f"{g['this'] / g['base']:.2f}x"]
+                     for i, (r, g) in enumerate(zip(fixed_by_round, gil_by_round))],
+                    ["round", f"fixed ms, base {opts.base}", "fixed ms, this tree", "ratio",
+                     "writer GIL ms, base", "this tree", "ratio"]))
     print(table([["training-thread time per checkpoint (median)", f"{result['median_stall_ms']:.2f} ms"],
                  ["... of it copying the tensors' bytes", f"{result['median_copy_ms']:.2f} ms"],
                  ["RNG capture at the block's start, per epoch", f"{result['median_start_ms']:.2f} ms"],
@@ -114,6 +118,13 @@ def fixed_ms(meta: dict) -> list[float]:
     """A recording's fixed cost per checkpoint (stall - copy + the start capture), the first left out, in ms."""
     t = meta["timings"]
     return [(s - c + r) * 1e3 for s, c, r in zip(t["stall_s"][1:], t["copy_s"][1:], t["start_s"][1:])]
+
+
+def gil_ms(meta: dict) -> float:
+    """The writer's GIL time per checkpoint in ms: the mean over a recording's checkpoints (run.json
+    keeps the total), the first one's one-time work included."""
+    policy = meta["checkpoint_policy"]
+    return policy["gil_s"] * 1e3 / max(len(policy["checkpointed_epochs"]), 1)
 
 
 if __name__ == "__main__":
