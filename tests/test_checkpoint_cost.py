@@ -173,14 +173,13 @@ def test_what_the_fast_walk_does_not_know_takes_the_full_path():
     cases = [
         [net, np.arange(4.0)],                      # numpy array
         [net, {"k": (1, 2)}, {1: "a", (1, 2): 3}],  # a tuple as a dict key
-        [net, float("nan")],                        # NaN does not compare: never a template
     ]
     for objs in cases:
         cache = TreeCache()
         for _ in range(2):
             p = snapshot(objs, cache=cache)
             assert p.build is None
-            assert materialized(p)[0] == full(objs) or objs[-1] != objs[-1]
+            assert materialized(p)[0] == full(objs)
         assert cache.off
     # a changed structure (the optimizer's state appears after its first step) re-learns
     opt = torch.optim.Adam(net.parameters())
@@ -319,6 +318,30 @@ def test_a_walk_that_disagrees_with_state_dict_is_not_used(monkeypatch):
     train_steps(net, opt, sched, n=2)
     fast = snapshot([net, opt, sched], cache=cache)
     assert fast.build is not None and materialized(fast)[0] == full([net, opt, sched])
+
+
+def test_non_finite_values_take_the_fast_path_and_are_written_as_the_full_encoding_writes_them():
+    """ReduceLROnPlateau keeps ``best`` and ``mode_worse`` at infinity; a loss may be NaN. They
+    used to keep a block on the full encoding for the whole run; the fast path writes them as
+    the full encoding does (canonical JSON's NaN and Infinity), checked as text."""
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+    stats = {"loss": float("nan"), "low": -float("inf"), "zero": -0.0}
+    cache = TreeCache()
+    fast = []
+    for loss in (float("nan"), 2.0, float("inf"), 1.0):
+        net(torch.randn(2, 3)).sum().backward()
+        opt.step()
+        sched.step(loss)
+        stats["loss"] = loss
+        p = snapshot([net, opt, sched, stats], cache=cache)
+        fast.append(p.build is not None)
+        tree, _ = materialized(p)
+        assert json.dumps(tree, sort_keys=True) == json.dumps(full([net, opt, sched, stats]), sort_keys=True)
+        assert "Infinity" in json.dumps(tree) and "-0.0" in json.dumps(tree)
+        p.release()
+    assert fast == [False, True, True, True], "the fast path, every time after the first"
 
 
 def test_a_block_without_tensors_takes_the_fast_path_too():

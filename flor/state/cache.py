@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import json
 import re
 import threading
 import time
@@ -387,9 +386,8 @@ class TreeCache:
         except (_NotTemplate, StopIteration, KeyError, TypeError):
             self.off = True
             return
-        text = _json_or_none(rebuilt)
-        if text is None or text != _json_or_none(pending.tree):
-            self.off = True  # NaN, or a walk that differs from the encoder's: always encode in full
+        if canonical_json(rebuilt) != canonical_json(pending.tree):  # (as text: NaN and infinities compare)
+            self.off = True  # a walk that differs from the encoder's: always encode in full
             return
         self.sig, self.template = sig, pending.tree
         self._learned = (pending.tree, vals)  # for ``prime``
@@ -524,10 +522,3 @@ def _template_tensors(node: Any) -> list[torch.Tensor]:
     nodes: list[dict] = []
     _build(node, itertools.repeat(None), nodes)
     return [_empty_like(n["shape"], _TORCH_DTYPES[n["dtype"]]) for n in nodes]
-
-
-def _json_or_none(node: Any) -> str | None:
-    try:
-        return json.dumps(node, sort_keys=True, allow_nan=False)
-    except ValueError:
-        return None
