@@ -344,6 +344,23 @@ def test_non_finite_values_take_the_fast_path_and_are_written_as_the_full_encodi
     assert fast == [False, True, True, True], "the fast path, every time after the first"
 
 
+def test_numpy_scalars_take_the_fast_path_and_are_the_full_encoding():
+    """A best accuracy from scikit-learn (np.float64), a step from a NumPy op (np.int64), a
+    float32 metric, a NumPy bool: the fast path takes them, writes what the full encoding
+    writes, and a scalar whose type changes makes the block learn again."""
+    net = torch.nn.Linear(3, 2)
+    cache = TreeCache()
+    fast = []
+    for i, step_type in enumerate((np.int64, np.int64, np.int64, np.int32, np.int32)):
+        stats = {"best": np.float64(0.5 + i), "step": step_type(10 * i), "metric": np.float32(i / 3),
+                 "stop": np.bool_(i % 2), "u": np.uint8(i), "h": np.float16(i / 4)}
+        p = snapshot([net, stats], cache=cache)
+        fast.append(p.build is not None)
+        assert json.dumps(materialized(p)[0], sort_keys=True) == json.dumps(full([net, stats]), sort_keys=True)
+        p.release()
+    assert fast == [False, True, True, False, True]  # np.int32 where np.int64 was: learned again
+
+
 def test_a_block_without_tensors_takes_the_fast_path_too():
     stats = {"seen": 0, "norm": 1.5}
     cache = TreeCache()

@@ -12,6 +12,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..store.manifest import canonical_json
@@ -31,9 +32,13 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
     walk as over its ``state_dict()``, without building one (a third of the snapshot's fixed
     cost for the digits CNN; ``TreeCache.learn`` checks the two agree)."""
     t = type(obj)
-    if t in _PRIMITIVE_SET:
+    if t in _PRIMITIVE_SET or t is np.float64:  # (a float the encoder keeps as it is)
         sig.append(t)
         vals.append(obj)
+        return True
+    if t in _NP_SCALARS:  # the encoder's "npscalar" node: the type's dtype and the item
+        sig.append(t)
+        vals.append(obj.item())
         return True
     if depth > 64:
         return False
@@ -83,6 +88,9 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
     return _flatten(obj.state_dict(), sig, vals, tensors, depth + 1, direct)
 
 
+#: NumPy scalar types whose ``item()`` is a plain bool, int or float (np.float64 is a float)
+_NP_SCALARS = frozenset((np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                         np.float16, np.float32))
 _COMPLEX = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_complex)
 _QUANTIZED = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and str(d).startswith("torch.q"))
 
@@ -263,6 +271,8 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         return out
     if kind == "stateful":
         return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
+    if kind == "npscalar":
+        return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
     raise _NotTemplate(kind)
 
 
