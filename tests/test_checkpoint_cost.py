@@ -361,6 +361,52 @@ def test_numpy_scalars_take_the_fast_path_and_are_the_full_encoding():
     assert fast == [False, True, True, False, True]  # np.int32 where np.int64 was: learned again
 
 
+class _EarlyStopping:  # a script's own helper: state_dict and load_state_dict, no torch base class
+    def __init__(self):
+        self.best, self.bad, self.history = float("inf"), 0, []
+
+    def state_dict(self):
+        return {"best": self.best, "bad": self.bad, "history": list(self.history)}
+
+    def load_state_dict(self, state):
+        self.best, self.bad, self.history = state["best"], state["bad"], list(state["history"])
+
+
+class _Ema:
+    def __init__(self, net):
+        self.shadow = {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+    def state_dict(self):
+        return {"shadow": self.shadow, "decay": 0.9}
+
+    def load_state_dict(self, state):
+        self.shadow = state["shadow"]
+
+
+def test_a_scripts_own_stateful_helpers_take_the_fast_path_and_are_the_full_encoding():
+    """Any class with state_dict and load_state_dict (an early-stopping helper, an EMA of the
+    weights), not only torch's: the fast path walks its state_dict() as the full encoding does."""
+    net = torch.nn.Linear(3, 2)
+    stop, ema = _EarlyStopping(), _Ema(net)
+    cache = TreeCache()
+    fast = []
+    for loss in (3.0, 2.0, 2.5, 1.5):
+        stop.history = (stop.history + [loss])[-2:]  # the last two
+        stop.best, stop.bad = min(stop.best, loss), stop.bad + (loss > stop.best)
+        for k, v in net.state_dict().items():
+            ema.shadow[k].mul_(0.9).add_(v, alpha=0.1)
+        p = snapshot([net, stop, ema], cache=cache)
+        fast.append(p.build is not None)
+        tree, blobs = materialized(p)
+        assert json.dumps(tree, sort_keys=True) == json.dumps(full([net, stop, ema]), sort_keys=True)
+        p.release()
+    assert fast == [False, False, True, True]  # the history grew at the second: learned again
+    stop2, ema2 = _EarlyStopping(), _Ema(torch.nn.Linear(3, 2))
+    restore([torch.nn.Linear(3, 2), stop2, ema2], tree, blobs.__getitem__)
+    assert stop2.state_dict() == stop.state_dict()
+    assert all(torch.equal(ema2.shadow[k], ema.shadow[k]) for k in ema.shadow)
+
+
 def test_a_block_without_tensors_takes_the_fast_path_too():
     stats = {"seen": 0, "norm": 1.5}
     cache = TreeCache()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import random
 import re
 import threading
 import time
@@ -77,9 +78,9 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
             done = _optimizer(obj, sig, vals, tensors, depth, direct)
             if done is not None:
                 return done
-    elif not (type(obj).__module__.startswith("torch.") and callable(getattr(obj, "state_dict", None))
-              and callable(getattr(obj, "load_state_dict", None))):
-        return False
+    elif not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))) \
+            or isinstance(obj, _ENCODED_OTHERWISE):
+        return False  # (any other class with state_dict and load_state_dict: the encoder's "stateful")
     elif direct:
         done = _scheduler(obj, sig, vals, tensors, depth, direct)
         if done is not None:
@@ -88,6 +89,9 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
     return _flatten(obj.state_dict(), sig, vals, tensors, depth + 1, direct)
 
 
+#: what the encoder takes apart by its type before it looks for state_dict (flor.state.encode)
+_ENCODED_OTHERWISE = (torch.Generator, random.Random, np.random.RandomState, np.random.Generator,
+                      np.random.BitGenerator, tuple, set, frozenset)
 #: NumPy scalar types whose ``item()`` is a plain bool, int or float (np.float64 is a float)
 _NP_SCALARS = frozenset((np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
                          np.float16, np.float32))
