@@ -407,6 +407,48 @@ def test_a_scripts_own_stateful_helpers_take_the_fast_path_and_are_the_full_enco
     assert all(torch.equal(ema2.shadow[k], ema.shadow[k]) for k in ema.shadow)
 
 
+def test_a_generator_passed_to_end_takes_the_fast_path_and_restores():
+    """A DataLoader's own torch.Generator passed to end() (docs/replay.md lists generators): its
+    state, a new tensor each read, is copied like any tensor, and the module beside it is still
+    walked in place (the two-walk check compares a generator's state by its bytes)."""
+    net = torch.nn.Linear(3, 2)
+    g = torch.Generator().manual_seed(7)
+    lone = torch.nn.Parameter(torch.ones(2))  # a parameter passed by itself
+    cache = TreeCache()
+    fast = []
+    for _ in range(3):
+        torch.randperm(10, generator=g)
+        p = snapshot([net, g, lone], cache=cache)
+        fast.append(p.build is not None)
+        expected = torch.randperm(10, generator=g.clone_state() if hasattr(g, "clone_state") else g)
+        tree, blobs = materialized(p)
+        assert json.dumps(tree, sort_keys=True) == json.dumps(full([net, g, lone]), sort_keys=True)
+        p.release()
+    assert fast == [False, True, True] and cache.direct
+    g2 = torch.Generator()
+    restore([torch.nn.Linear(3, 2), g2, torch.nn.Parameter(torch.zeros(2))], tree, blobs.__getitem__)
+    assert torch.equal(torch.randperm(10, generator=g2), expected)
+
+
+def test_a_numpy_float_in_end_compares_equal_after_the_manifest_round_trip():
+    """A replay compares its state with the recorded manifest (read back from JSON), types
+    exactly. An np.float64 (a float subclass) or np.str_ was kept as itself in the tree and read
+    back as a float or str, so every probed replay of a script passing one to end() said
+    DIVERGED; the encoder now writes their base type."""
+    objs = [np.float64(0.25), np.str_("tag"), np.float64("inf"), {"best": np.float64(-0.0)}]
+    recorded = full(objs)  # through JSON, as a manifest is read
+    now = snapshot(objs, copy=False).materialize()
+    assert diff_nodes(recorded, now) == []
+    lin, cache, fast = torch.nn.Linear(2, 2), TreeCache(), []
+    floats = [lin, np.float64(0.25), np.float64("inf"), {"best": np.float64(-0.0)}]
+    for _ in range(2):  # and the fast path writes the same
+        p = snapshot(floats, cache=cache)
+        fast.append(p.build is not None)
+        assert diff_nodes(materialized(p)[0], snapshot(floats, copy=False).materialize()) == []
+        p.release()
+    assert fast == [False, True]
+
+
 def test_a_block_without_tensors_takes_the_fast_path_too():
     stats = {"seen": 0, "norm": 1.5}
     cache = TreeCache()

@@ -33,9 +33,13 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
     walk as over its ``state_dict()``, without building one (a third of the snapshot's fixed
     cost for the digits CNN; ``TreeCache.learn`` checks the two agree)."""
     t = type(obj)
-    if t in _PRIMITIVE_SET or t is np.float64:  # (a float the encoder keeps as it is)
+    if t in _PRIMITIVE_SET:
         sig.append(t)
         vals.append(obj)
+        return True
+    if t is np.float64:  # a float subclass: the encoder keeps it as a float
+        sig.append(t)
+        vals.append(float.__float__(obj))
         return True
     if t in _NP_SCALARS:  # the encoder's "npscalar" node: the type's dtype and the item
         sig.append(t)
@@ -49,6 +53,12 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
             return False
         sig.append((t, dtype, obj.shape, obj.requires_grad))
         tensors.append(obj)
+        return True
+    if t is _Generator:  # the encoder's "generator" node: the device, then the state (a new tensor per read)
+        state = obj.get_state()
+        sig.append((t, str(obj.device)))
+        sig.append((_Tensor, state.dtype, state.shape, False))
+        tensors.append(state)
         return True
     if t is list or t is tuple:
         sig.append((t, len(obj)))
@@ -100,7 +110,7 @@ _QUANTIZED = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dt
 
 
 _ODD = _COMPLEX | _QUANTIZED
-_Tensor, _Parameter, _STRIDED = torch.Tensor, torch.nn.Parameter, torch.strided
+_Tensor, _Parameter, _STRIDED, _Generator = torch.Tensor, torch.nn.Parameter, torch.strided, torch.Generator
 
 
 def _plain_tensor(t: torch.Tensor) -> bool:
@@ -277,6 +287,8 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
     if kind == "npscalar":
         return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
+    if kind == "generator":
+        return {"t": kind, "device": node["device"], "v": _build(node["v"], vals, nodes)}
     raise _NotTemplate(kind)
 
 
@@ -483,14 +495,20 @@ class TreeCache:
 
 def _walks_agree(objs: Any, sig: list, vals: list, tensors: list) -> bool:
     """Whether the in-place walk (``direct``) found what the walk over each ``state_dict()``
-    finds: the same structure, plain values and tensors (the same memory), in the same order."""
+    finds: the same structure, plain values and tensors (the same memory; a generator's state,
+    read afresh by each walk, the same bytes), in the same order."""
     sig2: list = []
     vals2: list = []
     tensors2: list = []
     if not _flatten(objs, sig2, vals2, tensors2, direct=False) or sig2 != sig or vals2 != vals \
             or len(tensors2) != len(tensors):
         return False  # (the signatures hold every value's type)
-    return all(a.data_ptr() == b.data_ptr() and a.stride() == b.stride() for a, b in zip(tensors, tensors2))
+    states = [type(prev) is tuple and prev[0] is _Generator  # which tensors are generator states
+              for prev, entry in zip([None, *sig], sig)
+              if type(entry) is tuple and (entry[0] is _Tensor or entry[0] is _Parameter)]
+    return len(states) == len(tensors) and all(
+        (a.data_ptr() == b.data_ptr() and a.stride() == b.stride()) or (state and torch.equal(a, b))
+        for a, b, state in zip(tensors, tensors2, states))
 
 
 def _touch(t: torch.Tensor) -> None:

@@ -115,8 +115,8 @@ class _Encoder:
         leaf = encode_leaf(obj)  # before the primitives: an IntEnum is an int, but keeps its type
         if leaf is not None:
             return leaf
-        if isinstance(obj, _PRIMITIVES):
-            return obj
+        if isinstance(obj, _PRIMITIVES):  # a subclass (np.float64, np.str_): as its base type, the type a
+            return _as_base(obj)          # recorded tree reads back as (replay compares types exactly)
         if type(obj) in (bytes, bytearray):
             return self.raw(type(obj).__name__, bytes(obj))
         if isinstance(obj, torch.dtype):
@@ -191,6 +191,23 @@ class _Encoder:
         if hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
             return {"t": "object", "cls": _qualname(obj), "v": self.encode(dict(vars(obj)), path)}
         return self.pickled(obj, path)
+
+
+def _as_base(obj: Any) -> Any:
+    """A bool, int, float or str subclass's value as the base type, the subclass's own
+    conversion methods bypassed.
+
+    >>> import numpy as np
+    >>> [type(_as_base(x)).__name__ for x in (np.float64(0.5), np.str_("a"))]
+    ['float', 'str']
+    """
+    if isinstance(obj, float):
+        return float.__float__(obj)
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return int.__int__(obj)
+    if isinstance(obj, str):
+        return str.__str__(obj)
+    return obj
 
 
 def snapshot(objs: Any, *, copy: bool = True, path: str = "", pool: BufferPool | None = None,
