@@ -37,11 +37,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append(t)
         vals.append(obj)
         return True
-    if t is np.float64:  # a float subclass: the encoder keeps it as a float
-        sig.append(t)
-        vals.append(float.__float__(obj))
-        return True
-    if t in _NP_SCALARS:  # the encoder's "npscalar" node: the type's dtype and the item
+    if t in _NP_SCALARS:  # the encoder's "npscalar" node (the type's dtype and the item), or a float
         sig.append(t)
         vals.append(obj.item())
         return True
@@ -49,7 +45,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         return False
     if t is _Tensor or t is _Parameter:
         dtype = obj.dtype
-        if not obj.is_cpu or obj.layout is not _STRIDED or obj.is_nested or (dtype in _ODD and not _plain_tensor(obj)):
+        if not _plain_tensor(obj, dtype):
             return False
         sig.append((t, dtype, obj.shape, obj.requires_grad))
         tensors.append(obj)
@@ -102,23 +98,22 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
 #: what the encoder takes apart by its type before it looks for state_dict (flor.state.encode)
 _ENCODED_OTHERWISE = (torch.Generator, random.Random, np.random.RandomState, np.random.Generator,
                       np.random.BitGenerator, tuple, set, frozenset)
-#: NumPy scalar types whose ``item()`` is a plain bool, int or float (np.float64 is a float)
+#: NumPy scalar types whose ``item()`` is a plain bool, int or float (np.float64, a float subclass,
+#: the encoder writes as a float)
 _NP_SCALARS = frozenset((np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-                         np.float16, np.float32))
+                         np.float16, np.float32, np.float64))
 _COMPLEX = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_complex)
 _QUANTIZED = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and str(d).startswith("torch.q"))
-
-
 _ODD = _COMPLEX | _QUANTIZED
 _Tensor, _Parameter, _STRIDED, _Generator = torch.Tensor, torch.nn.Parameter, torch.strided, torch.Generator
 
 
-def _plain_tensor(t: torch.Tensor) -> bool:
-    """A dense CPU tensor whose bytes a copy takes as they are (no conjugate or negative bit)."""
-    dtype = t.dtype
-    if not t.is_cpu or t.layout is not _STRIDED or t.is_nested or dtype in _QUANTIZED:
+def _plain_tensor(t: torch.Tensor, dtype: torch.dtype) -> bool:
+    """A dense CPU tensor (of ``dtype``) whose bytes a copy takes as they are: not quantized, no
+    conjugate or negative bit."""
+    if not t.is_cpu or t.layout is not _STRIDED or t.is_nested:
         return False
-    return dtype not in _COMPLEX or not (t.is_conj() or t.is_neg())
+    return dtype not in _ODD or (dtype not in _QUANTIZED and not (t.is_conj() or t.is_neg()))
 
 
 _Module = torch.nn.Module
@@ -179,9 +174,10 @@ def _module(m: Any, sig: list, vals: list, tensors: list) -> bool | None:
     sig.append(type(m))
     sig.append((OrderedDict, tuple(keys), (str,) * len(keys), True))
     for t in found:
-        if not _plain_tensor(t):
+        dtype = t.dtype
+        if not _plain_tensor(t, dtype):
             return False
-        sig.append((torch.Tensor, t.dtype, t.shape, False))  # detached: a Tensor, no grad
+        sig.append((_Tensor, dtype, t.shape, False))  # detached: a Tensor, no grad
     tensors.extend(found)
     prefixes = tuple(metadata[::2])
     sig.append((dict, prefixes, (str,) * len(prefixes), False))

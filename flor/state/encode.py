@@ -194,8 +194,8 @@ class _Encoder:
 
 
 def _as_base(obj: Any) -> Any:
-    """A bool, int, float or str subclass's value as the base type, the subclass's own
-    conversion methods bypassed.
+    """An int, float or str subclass's value as the base type, the subclass's own conversion
+    methods bypassed (bool has no subclasses).
 
     >>> import numpy as np
     >>> [type(_as_base(x)).__name__ for x in (np.float64(0.5), np.str_("a"))]
@@ -203,7 +203,7 @@ def _as_base(obj: Any) -> Any:
     """
     if isinstance(obj, float):
         return float.__float__(obj)
-    if isinstance(obj, int) and not isinstance(obj, bool):
+    if isinstance(obj, int):
         return int.__int__(obj)
     if isinstance(obj, str):
         return str.__str__(obj)

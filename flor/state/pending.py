@@ -263,7 +263,7 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
     if sum(n for _, _, n in leaves) <= pack_all:
         threshold = pack_all + 1
     for node, data, nbytes in leaves:
-        digest = hash_bytes(data) if nbytes < NOGIL_HASH_BYTES else _hash(data, nbytes, nogil)
+        digest = _hash(data, nbytes, nogil)
         if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
             node["sha256"] = hashlib.sha256(data).hexdigest()
         if nbytes >= threshold:
