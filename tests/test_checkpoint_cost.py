@@ -141,6 +141,42 @@ def test_fast_snapshot_is_the_full_encoding_and_a_copy():
     assert diff_nodes(full([net, opt, sched, scaler]), full([net2, opt2, sched2, scaler2])) == []
 
 
+def test_a_spare_set_is_shaped_like_the_first_and_its_page_faults_are_not_gil_time():
+    """The spare is made like the block's first buffer set (``empty_like``; page-aligned where
+    the store writes a leaf around the page cache), and touching its large buffers is counted
+    as time without the GIL (the budget's charge)."""
+    from flor.state.cache import NOGIL_TOUCH_BYTES
+    from flor.store.local import DIRECT_MIN, PAGE
+
+    net = torch.nn.Sequential(torch.nn.Linear(512, 256), torch.nn.BatchNorm1d(256), torch.nn.Linear(256, 3))
+    net[0].weight.data = net[0].weight.data.t().contiguous().t()  # a transposed (non-contiguous) parameter
+    opt = torch.optim.Adam(net.parameters())
+    net(torch.randn(4, 512)).sum().backward()
+    opt.step()
+    cache = TreeCache()
+    first = snapshot([net, opt], cache=cache)  # the full encoding: its copies become the first set
+    firsts = [t for _, t in first.tensors]
+    held = snapshot([net, opt], cache=cache)  # the first set is still pending with the writer
+    nogil: list[float] = []
+    cache.top_up(nogil)
+    assert cache.sets == 3  # the first, the one ``held`` made, the spare
+    spare = cache._free[-1]
+    assert [(t.shape, t.dtype) for t in spare] == [(t.shape, t.dtype) for t in firsts]
+    assert all(t.is_contiguous() and not t.requires_grad for t in spare)
+    big = [t for t in spare if t.numel() * t.element_size() >= DIRECT_MIN]
+    assert big and all(t.data_ptr() % PAGE == 0 for t in big)
+    assert len(nogil) == sum(t.numel() * t.element_size() >= NOGIL_TOUCH_BYTES for t in spare) > 0
+    assert {t.data_ptr() for t in spare}.isdisjoint({t.data_ptr() for t in firsts + [t for _, t in held.tensors]})
+    first.release(), held.release()
+    opt.step()
+    later = snapshot([net, opt], cache=cache)  # into a reused set (the spare's turn comes later): values exact
+    assert later.build is not None  # the fast path
+    full = snapshot([net, opt])
+    assert len(later.tensors) == len(full.tensors)
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(later.tensors, full.tensors))
+    later.release()
+
+
 def test_buffer_sets_are_reused_and_one_spare_is_kept():
     net = torch.nn.Linear(64, 32)
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)

@@ -59,7 +59,7 @@ class Checkpointing:
                 else:
                     parts.append(snapshot_rng(rng_start_state))
                     start = (parts[-1].tree, None)  # its nodes get their hashes in place
-                cache.top_up()  # a spare buffer set for the next snapshot, should this job still be running then
+                cache.top_up(nogil)  # a spare buffer set for the next snapshot, should this job still be running then
                 cache.prime()  # where a template was just learned: its text, now rather than in the next job
                 blobs, packed = hash_and_pack(parts, self.packs, nogil=nogil)
                 io0 = time.thread_time()

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
-from .nodes import _PRIMITIVE_SET, _TORCH_DTYPES
+from .nodes import _PRIMITIVE_SET
 from .pending import Pending, _empty_like, _tensor_bytes
 
 __all__ = ["TreeCache"]
@@ -386,6 +387,7 @@ class TreeCache:
         self._lock = threading.Lock()
         self._text: tuple[Any, _Text | None] | None = None  # (template, its text), made on the writer
         self._learned: tuple[Any, list] | None = None  # a template just learned, with its snapshot's plain values
+        self._model: list[torch.Tensor] = []  # the first buffer set of the template learned last
 
     def learn(self, objs: Any, pending: Pending) -> None:
         """Keep the tree ``pending`` encoded in full as the template, if the fast walk agrees with it."""
@@ -411,9 +413,10 @@ class TreeCache:
         if canonical_json(rebuilt) != canonical_json(pending.tree):  # (as text: NaN and infinities compare)
             self.off = True  # a walk that differs from the encoder's: always encode in full
             return
+        dsts = _BufferSet(d for _, d in pending.tensors)  # this snapshot's copies: the block's first buffer set
+        self._model = list(dsts)  # what a spare set is made like (``top_up``); set before the signature
         self.sig, self.template = sig, pending.tree
         self._learned = (pending.tree, vals)  # for ``prime``
-        dsts = _BufferSet(d for _, d in pending.tensors)  # this snapshot's copies: the block's first buffer set
         self.nbytes = dsts.nbytes
         if all(d.device.type == "cpu" and d.is_contiguous() for d in dsts):
             self.sets = 1
@@ -431,6 +434,7 @@ class TreeCache:
             self.sig = None  # changed structure: the next full encoding makes the template again
             with self._lock:
                 self._free.clear()
+                self._model = []
             return None
         dsts = self._take(tensors)
         t0 = time.perf_counter()
@@ -469,23 +473,30 @@ class TreeCache:
             if self._free:
                 return self._free.pop()
             self.sets += 1
-        return _BufferSet(_empty_like(t.shape, t.dtype) for t in like)
+        return _BufferSet(_fresh_like(like))
 
     def _give(self, dsts: _BufferSet, sig: list) -> None:
         with self._lock:
             if sig is self.sig or sig == self.sig:
                 self._free.append(dsts)
 
-    def top_up(self) -> None:
-        """Keep one spare buffer set, its pages touched (on the writer, not training); within ``memory``."""
+    def top_up(self, nogil: list[float] | None = None) -> None:
+        """Keep one spare buffer set, its pages touched (on the writer, not training); within
+        ``memory``. The touching's thread CPU time goes to ``nogil`` where given: ``_touch``
+        releases the GIL (what the recorder's budget charges, ``flor.policy``)."""
         with self._lock:
             if self._free or self.sig is None or not self.nbytes or (self.sets + 1) * self.nbytes > self.memory:
                 return
             self.sets += 1
-            sig = self.sig
-        spare = _BufferSet(_template_tensors(self.template))
+            sig, model = self.sig, self._model  # together: a spare shaped for another signature is never kept
+        spare = _BufferSet(_fresh_like(model))
         for t in spare:  # touch every page now, on the writer: one thread, without the GIL
-            _touch(t)
+            if nogil is None or t.numel() * t.element_size() < NOGIL_TOUCH_BYTES:
+                _touch(t)
+            else:
+                t0 = time.thread_time()
+                _touch(t)
+                nogil.append(time.thread_time() - t0)
         self._give(spare, sig)
 
 
@@ -505,6 +516,10 @@ def _walks_agree(objs: Any, sig: list, vals: list, tensors: list) -> bool:
     return len(states) == len(tensors) and all(
         (a.data_ptr() == b.data_ptr() and a.stride() == b.stride()) or (state and torch.equal(a, b))
         for a, b, state in zip(tensors, tensors2, states))
+
+
+#: touching a buffer this large is timed for ``TreeCache.top_up``'s ``nogil`` (its page faults)
+NOGIL_TOUCH_BYTES = 64 * 1024
 
 
 def _touch(t: torch.Tensor) -> None:
@@ -545,8 +560,10 @@ class _BufferSet(list):
         return self._views
 
 
-def _template_tensors(node: Any) -> list[torch.Tensor]:
-    """Fresh buffers for the tensors of a template, in walk order."""
-    nodes: list[dict] = []
-    _build(node, itertools.repeat(None), nodes)
-    return [_empty_like(n["shape"], _TORCH_DTYPES[n["dtype"]]) for n in nodes]
+def _fresh_like(like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """New contiguous CPU buffers shaped like ``like``: ``empty_like`` where a buffer is too
+    small to be written around the page cache, page-aligned (``_empty_like``) where not. ~3x
+    cheaper than making each from the template's shape and dtype name, as before (0.11 against
+    0.36 ms hot for the digits CNN's 32 tensors)."""
+    return [torch.empty_like(t, memory_format=torch.contiguous_format) if t.numel() * t.element_size() < DIRECT_MIN
+            else _empty_like(t.shape, t.dtype) for t in like]
