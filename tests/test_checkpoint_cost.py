@@ -380,6 +380,49 @@ def test_non_finite_values_take_the_fast_path_and_are_written_as_the_full_encodi
     assert fast == [False, True, True, True], "the fast path, every time after the first"
 
 
+def test_histories_that_grow_every_epoch_keep_the_fast_path():
+    """A loss history, ``(epoch, accuracy)`` pairs, a list with np.float64 in it and the
+    optimizer's growing step count: every append used to change the block's signature, so
+    every checkpoint was a full encoding and a new template. They are one value each now: the
+    fast path every time after the first, its rendered text and built tree the full encoding's,
+    and a restore gives the lists back; a list that takes a tensor learns again."""
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=0.1)
+    losses: list = []
+    pairs: list = []
+    mixed: list = []
+    cache = TreeCache()
+    fast = []
+    for epoch in range(6):
+        net(torch.randn(2, 3)).sum().backward()
+        opt.step()
+        losses.append(0.5 / (epoch + 1))
+        pairs.append((epoch, 1.0 - losses[-1]) if epoch % 2 else [epoch, None, "x"])
+        mixed.append(np.float64(epoch / 3))
+        if epoch == 4:
+            losses.append(float("nan"))
+        if epoch == 5:
+            mixed.append(torch.ones(1))  # no longer plain values: walked element by element
+        objs = [net, opt, losses, tuple(pairs), {"mixed": mixed}, []]
+        p = snapshot(objs, cache=cache)
+        fast.append(p.build is not None)
+        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)  # every leaf its own blob, as in full()
+        blobs = {digest: bytes(data) for data, digest in stored}
+        expected = full(objs)
+        assert p.canonical() == canonical_json(expected)  # the writer's text: rendered on the fast path
+        tree = json.loads(json.dumps(p.built()))
+        assert json.dumps(tree, sort_keys=True) == json.dumps(expected, sort_keys=True)
+        p.release()
+    assert fast == [False, True, True, True, True, False], "the fast path until the list took a tensor"
+    restored = restore([torch.nn.Linear(3, 2), torch.optim.Adam(torch.nn.Linear(3, 2).parameters()), [], (), {}, []],
+                       tree, blobs.__getitem__)
+    nan = [i for i, x in enumerate(losses) if x != x]
+    assert nan == [5] and [x for x in restored[2] if x == x] == [x for x in losses if x == x] \
+        and restored[2][5] != restored[2][5]
+    assert list(restored[3]) == [tuple(x) if type(x) is tuple else x for x in pairs]
+    assert restored[4]["mixed"][:-1] == [float(x) for x in mixed[:-1]] and type(restored[4]["mixed"][0]) is float
+
+
 def test_numpy_scalars_take_the_fast_path_and_are_the_full_encoding():
     """A best accuracy from scikit-learn (np.float64), a step from a NumPy op (np.int64), a
     float32 metric, a NumPy bool: the fast path takes them, writes what the full encoding
@@ -436,7 +479,7 @@ def test_a_scripts_own_stateful_helpers_take_the_fast_path_and_are_the_full_enco
         tree, blobs = materialized(p)
         assert json.dumps(tree, sort_keys=True) == json.dumps(full([net, stop, ema]), sort_keys=True)
         p.release()
-    assert fast == [False, False, True, True]  # the history grew at the second: learned again
+    assert fast == [False, True, True, True]  # the history grew at the second: one value, kept the template
     stop2, ema2 = _EarlyStopping(), _Ema(torch.nn.Linear(3, 2))
     restore([torch.nn.Linear(3, 2), stop2, ema2], tree, blobs.__getitem__)
     assert stop2.state_dict() == stop.state_dict()

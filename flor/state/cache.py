@@ -58,6 +58,11 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         tensors.append(state)
         return True
     if t is list or t is tuple:
+        plain = _plain_list(obj)
+        if plain is not None:  # one slot, whatever its length: a history that grows keeps the template
+            sig.append((t, _PLAIN_LIST))
+            vals.append(plain)
+            return True
         sig.append((t, len(obj)))
         for x in obj:
             if not _flatten(x, sig, vals, tensors, depth + 1, direct):
@@ -94,6 +99,49 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
             return done
     sig.append(t)
     return _flatten(obj.state_dict(), sig, vals, tensors, depth + 1, direct)
+
+
+#: the signature's mark for a list or tuple walked as one value (``_plain_list``), its length left out
+_PLAIN_LIST = "plain"
+#: element types the encoder writes inline in a list: the primitives, and np.float64 (a float subclass)
+_NO = object()  # an element `_plain_list` does not take
+
+
+def _plain_list(obj: list | tuple) -> list | None:
+    """A list or tuple of plain values (or of lists and tuples of them) as the ``"v"`` of the
+    node the encoder makes for it, a copy; None where any element is something else. The fast
+    walk takes it as ONE value, so a list that grows every epoch (a loss history, ``(epoch,
+    accuracy)`` pairs) keeps its block's template; walked element by element, every append
+    changed the signature and made each checkpoint a full encoding and a new template (~4 ms
+    of stall for the digits CNN instead of ~0.5). ``_build`` takes the same nodes as one value.
+
+    >>> import numpy as np
+    >>> _plain_list([1, 2.5, None, np.float64(0.5)]), _plain_list([(1, 0.5), [2, "a"]]), _plain_list([1, [2, [3]]])
+    ([1, 2.5, None, 0.5], [{'t': 'tuple', 'v': [1, 0.5]}, {'t': 'list', 'v': [2, 'a']}], None)
+    """
+    out = []
+    for x in obj:
+        t = type(x)
+        if t in _PRIMITIVE_SET:
+            out.append(x)
+        elif t is np.float64:
+            out.append(float.__float__(x))  # as the encoder writes it (``_as_base``)
+        elif t is list or t is tuple:
+            inner = [y if type(y) in _PRIMITIVE_SET else float.__float__(y) if type(y) is np.float64 else _NO
+                     for y in x]
+            if _NO in inner:
+                return None
+            out.append({"t": t.__name__, "v": inner})
+        else:
+            return None
+    return out
+
+
+def _plain_node(node: dict) -> bool:
+    """Whether a template's list or tuple node is one ``_plain_list`` makes (its values inline,
+    or lists and tuples of inline values), so ``_build`` takes its ``"v"`` as one value."""
+    return all(type(x) is not dict or (x["t"] in ("list", "tuple") and
+                                       all(type(y) is not dict for y in x["v"])) for x in node["v"])
 
 
 #: what the encoder takes apart by its type before it looks for state_dict (flor.state.encode)
@@ -255,11 +303,8 @@ def _optimizer(opt: Any, sig: list, vals: list, tensors: list, depth: int, direc
         for k, v in group.items():
             if k != "params" and not _flatten(v, sig, vals, tensors, depth + 4, direct):
                 return False
-        params = group["params"]
-        sig.append((list, len(params)))
-        for p in params:
-            sig.append(int)
-            vals.append(index[id(p)])
+        sig.append((list, _PLAIN_LIST))  # the parameters' indices: ints, one value (``_plain_list``)
+        vals.append([index[id(p)] for p in group["params"]])
     return True
 
 
@@ -274,6 +319,8 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         nodes.append(out)
         return out
     if kind in ("list", "tuple"):
+        if _plain_node(node):
+            return {"t": kind, "v": next(vals)}
         return {"t": kind, "v": [_build(x, vals, nodes) for x in node["v"]]}
     if kind in ("dict", "odict"):
         out = {"t": kind, "k": node["k"], "v": [_build(x, vals, nodes) for x in node["v"]]}
