@@ -423,6 +423,36 @@ def test_histories_that_grow_every_epoch_keep_the_fast_path():
     assert restored[4]["mixed"][:-1] == [float(x) for x in mixed[:-1]] and type(restored[4]["mixed"][0]) is float
 
 
+def test_a_scripts_own_generators_take_the_fast_path_and_restore_their_draws():
+    """A ``random.Random`` and NumPy's ``default_rng`` (PCG64, PCG64DXSM) given to ``end()``
+    (an augmentation's own generator) are walked as the full encoding writes them; MT19937's
+    and the legacy RandomState's states hold arrays and keep the block on the full encoding.
+    A restore gives the same draws as the live generators."""
+    net = torch.nn.Linear(3, 2)
+    gens = [random.Random(1), np.random.default_rng(2), np.random.Generator(np.random.PCG64DXSM(3))]
+    cache = TreeCache()
+    fast = []
+    for _ in range(3):
+        gens[0].random(), gens[1].random(), gens[2].integers(10)
+        p = snapshot([net, *gens], cache=cache)
+        fast.append(p.build is not None)
+        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
+        blobs = {digest: bytes(data) for data, digest in stored}
+        expected = full([net, *gens])
+        assert p.canonical() == canonical_json(expected)
+        tree = json.loads(json.dumps(p.built()))
+        assert json.dumps(tree, sort_keys=True) == json.dumps(expected, sort_keys=True)
+        p.release()
+    assert fast == [False, True, True]
+    fresh = [random.Random(9), np.random.default_rng(9), np.random.Generator(np.random.PCG64DXSM(9))]
+    restore([torch.nn.Linear(3, 2), *fresh], tree, blobs.__getitem__)
+    assert fresh[0].random() == gens[0].random() and fresh[1].random() == gens[1].random()
+    assert fresh[2].integers(1 << 40) == gens[2].integers(1 << 40)
+    for other in (np.random.Generator(np.random.MT19937(4)), np.random.RandomState(5)):
+        cache = TreeCache()
+        assert [snapshot([net, other], cache=cache).build is not None for _ in range(2)] == [False, False]
+
+
 def test_numpy_scalars_take_the_fast_path_and_are_the_full_encoding():
     """A best accuracy from scikit-learn (np.float64), a step from a NumPy op (np.int64), a
     float32 metric, a NumPy bool: the fast path takes them, writes what the full encoding

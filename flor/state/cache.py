@@ -80,6 +80,12 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
                 return False
         return meta is None or (type(meta) in (dict, OrderedDict)
                                 and _flatten(dict(meta), sig, vals, tensors, depth + 1, direct))
+    if t is _Random:  # the encoder's "pyrandom" node: getstate(), its 625 words one value (``_plain_list``)
+        sig.append(t)
+        return _flatten(obj.getstate(), sig, vals, tensors, depth + 1, direct)
+    if t is _NpGenerator:  # "npgenerator": its bit generator's state, a dict of ints for PCG64 (default_rng);
+        sig.append(t)      # MT19937's and Philox's hold arrays, which the walk does not take
+        return _flatten(obj.bit_generator.state, sig, vals, tensors, depth + 1, direct)
     if isinstance(obj, torch.nn.Module):
         if direct:
             done = _module(obj, sig, vals, tensors)
@@ -155,6 +161,7 @@ _COMPLEX = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtyp
 _QUANTIZED = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and str(d).startswith("torch.q"))
 _ODD = _COMPLEX | _QUANTIZED
 _Tensor, _Parameter, _STRIDED, _Generator = torch.Tensor, torch.nn.Parameter, torch.strided, torch.Generator
+_Random, _NpGenerator = random.Random, np.random.Generator
 
 
 def _plain_tensor(t: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -333,6 +340,8 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
     if kind == "generator":
         return {"t": kind, "device": node["device"], "v": _build(node["v"], vals, nodes)}
+    if kind == "pyrandom" or kind == "npgenerator":
+        return {"t": kind, "v": _build(node["v"], vals, nodes)}
     raise _NotTemplate(kind)
 
 
