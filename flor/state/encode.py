@@ -130,9 +130,17 @@ class _Encoder:
         if isinstance(obj, np.ndarray):
             if obj.dtype.hasobject:
                 return self.pickled(obj, path)
+            if obj.dtype.kind not in NP_KINDS or obj.dtype.fields is not None or obj.dtype.subdtype is not None:
+                return self.pickled(obj, path)  # a structured or void array: what a reader's dtype check refuses
             node = {"t": "ndarray", "dtype": obj.dtype.str, "shape": list(obj.shape)}
-            self.pending.tensors.append((node, torch.from_numpy(np.ascontiguousarray(obj).copy()).view(torch.uint8)
-                                         if obj.size else torch.empty(0, dtype=torch.uint8)))
+            data = np.ascontiguousarray(obj).copy()
+            if not obj.size:
+                self.pending.tensors.append((node, torch.empty(0, dtype=torch.uint8)))
+                return node
+            try:
+                self.pending.tensors.append((node, torch.from_numpy(data).view(torch.uint8)))
+            except (TypeError, ValueError):  # strings, dates, another byte order, long doubles: no torch
+                self.pending.raw.append((node, data.tobytes()))  # tensor of them; their bytes as they are
             return node
         if isinstance(obj, np.generic) and obj.dtype.kind in NP_KINDS:
             if obj.dtype.kind in "mM":  # dates and durations of any unit: their int64 count

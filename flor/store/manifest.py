@@ -52,7 +52,7 @@ NP_BITGENS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
 _DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|hpu|npu)(:[0-9]{1,4})?$")
-_NP_DTYPE = re.compile(r"^[<>|=]?[a-zA-Z][0-9]{0,4}(\[[a-z]{1,3}\])?$")
+_NP_DTYPE = re.compile(r"^[<>|=]?[a-zA-Z][0-9]{0,4}(\[[0-9]{0,4}[a-zA-Z]{1,2}\])?$")  # '<M8[D]', '<m8[10ms]'
 _CLS = re.compile(r"^[A-Za-z_][A-Za-z0-9_.<>]{0,255}$")
 _MAX_DEPTH = 100
 _MAX_PACKED = 1 << 30  # bytes of one leaf inside a pack (packed leaves are small: flor.state.PACK_LEAF_BYTES)
