@@ -204,10 +204,16 @@ def test_buffer_sets_are_reused_and_one_spare_is_kept():
     held.release()
 
 
+class _PlainObject:
+    def __init__(self):
+        self.count = 3
+
+
 def test_what_the_fast_walk_does_not_know_takes_the_full_path():
     net = torch.nn.Linear(3, 2)
     cases = [
-        [net, np.arange(4.0)],                      # numpy array
+        [net, np.array(["a", "b"])],                # an array of strings (torch has no such tensor)
+        [net, {"obj": _PlainObject()}],             # a plain object (its vars)
         [net, {"k": (1, 2)}, {1: "a", (1, 2): 3}],  # a tuple as a dict key
     ]
     for objs in cases:
@@ -448,9 +454,60 @@ def test_a_scripts_own_generators_take_the_fast_path_and_restore_their_draws():
     restore([torch.nn.Linear(3, 2), *fresh], tree, blobs.__getitem__)
     assert fresh[0].random() == gens[0].random() and fresh[1].random() == gens[1].random()
     assert fresh[2].integers(1 << 40) == gens[2].integers(1 << 40)
-    for other in (np.random.Generator(np.random.MT19937(4)), np.random.RandomState(5)):
+    gens = [np.random.RandomState(4), np.random.Generator(np.random.MT19937(5))]  # their states hold an array
+    cache = TreeCache()
+    fast = []
+    for _ in range(3):
+        gens[0].rand(), gens[1].random()
+        p = snapshot([net, *gens], cache=cache)
+        fast.append(p.build is not None)
+        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
+        blobs = {digest: bytes(data) for data, digest in stored}
+        assert p.canonical() == canonical_json(full([net, *gens]))
+        tree = json.loads(json.dumps(p.built()))
+        p.release()
+    assert fast == [False, True, True]
+    fresh = [np.random.RandomState(9), np.random.Generator(np.random.MT19937(9))]
+    restore([torch.nn.Linear(3, 2), *fresh], tree, blobs.__getitem__)
+    assert fresh[0].rand() == gens[0].rand() and fresh[1].random() == gens[1].random()
+
+
+def test_numpy_arrays_take_the_fast_path_and_are_the_full_encoding():
+    """A running confusion matrix, a 0-d array, a bool mask: copied like tensors on the fast
+    path, written as the full encoding writes them; a strided view, a read-only array, an
+    array of strings and an empty one keep the block on the full encoding, still exact."""
+    net = torch.nn.Linear(3, 2)
+    confusion, best, mask = np.zeros((4, 4), dtype=np.int64), np.array(0.5), np.zeros(5, dtype=bool)
+    cache = TreeCache()
+    fast = []
+    for epoch in range(4):
+        confusion[epoch % 4, (epoch + 1) % 4] += 3
+        best += 0.125
+        mask[epoch] = True
+        objs = [net, {"confusion": confusion, "best": best}, mask]
+        p = snapshot(objs, cache=cache)
+        fast.append(p.build is not None)
+        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
+        blobs = {digest: bytes(data) for data, digest in stored}
+        assert p.canonical() == canonical_json(full(objs))
+        tree = json.loads(json.dumps(p.built()))
+        p.release()
+        confusion += 1  # after the snapshot: not in it
+    assert fast == [False, True, True, True]
+    back = restore([torch.nn.Linear(3, 2), {}, np.ones(5, dtype=bool)], tree, blobs.__getitem__)
+    assert np.array_equal(back[1]["confusion"], confusion - 1) and back[1]["best"] == 1.0 and back[1]["best"].shape == ()
+    assert back[2].tolist() == [True] * 4 + [False]
+    readonly = np.arange(3.0)
+    readonly.flags.writeable = False
+    for other in (np.arange(10)[::2], readonly, np.array(["a", "b"]), np.zeros((0, 3))):
         cache = TreeCache()
-        assert [snapshot([net, other], cache=cache).build is not None for _ in range(2)] == [False, False]
+        taken = []
+        for _ in range(2):
+            p = snapshot([net, other], cache=cache)
+            taken.append(p.build is not None)
+            tree, blobs = materialized(p)
+            assert np.array_equal(restore([torch.nn.Linear(3, 2), None], tree, blobs.__getitem__)[1], other)
+        assert taken == [False, False], other
 
 
 def test_numpy_scalars_take_the_fast_path_and_are_the_full_encoding():

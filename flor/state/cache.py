@@ -57,6 +57,14 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append((_Tensor, state.dtype, state.shape, False))
         tensors.append(state)
         return True
+    if t is _NDARRAY:  # the encoder's "ndarray" node: dtype and shape, its bytes a leaf (a uint8 view here)
+        data = _array_bytes(obj)
+        if data is None:
+            return False
+        sig.append((t, obj.dtype.str, obj.shape))
+        sig.append((_Tensor, torch.uint8, data.shape, False))
+        tensors.append(data)
+        return True
     if t is list or t is tuple:
         plain = _plain_list(obj)
         if plain is not None:  # one slot, whatever its length: a history that grows keeps the template
@@ -83,9 +91,12 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
     if t is _Random:  # the encoder's "pyrandom" node: getstate(), its 625 words one value (``_plain_list``)
         sig.append(t)
         return _flatten(obj.getstate(), sig, vals, tensors, depth + 1, direct)
-    if t is _NpGenerator:  # "npgenerator": its bit generator's state, a dict of ints for PCG64 (default_rng);
-        sig.append(t)      # MT19937's and Philox's hold arrays, which the walk does not take
+    if t is _NpGenerator:  # "npgenerator": its bit generator's state (ints for PCG64, an array for MT19937)
+        sig.append(t)
         return _flatten(obj.bit_generator.state, sig, vals, tensors, depth + 1, direct)
+    if t is _RandomState:  # "nprandomstate": the legacy generator's MT19937 state
+        sig.append(t)
+        return _flatten(obj.get_state(legacy=False), sig, vals, tensors, depth + 1, direct)
     if isinstance(obj, torch.nn.Module):
         if direct:
             done = _module(obj, sig, vals, tensors)
@@ -161,7 +172,20 @@ _COMPLEX = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtyp
 _QUANTIZED = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and str(d).startswith("torch.q"))
 _ODD = _COMPLEX | _QUANTIZED
 _Tensor, _Parameter, _STRIDED, _Generator = torch.Tensor, torch.nn.Parameter, torch.strided, torch.Generator
-_Random, _NpGenerator = random.Random, np.random.Generator
+_Random, _NpGenerator, _RandomState, _NDARRAY = random.Random, np.random.Generator, np.random.RandomState, np.ndarray
+
+
+def _array_bytes(a: np.ndarray) -> torch.Tensor | None:
+    """A C-contiguous, writable, non-empty NumPy array's bytes as a uint8 tensor over its memory,
+    shaped as the encoder's copy of it (the last axis in bytes; a 0-d array's as one axis);
+    None where the walk leaves the array to the encoder (object dtype, another byte order, a
+    dtype torch has not, a view with other strides, a read-only array: ``from_numpy`` warns)."""
+    if a.dtype.hasobject or not a.size or not a.flags.c_contiguous or not a.flags.writeable:
+        return None
+    try:
+        return torch.from_numpy(a if a.ndim else a.reshape(1)).view(torch.uint8)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def _plain_tensor(t: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -321,7 +345,7 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
     if not isinstance(node, dict):
         return next(vals)
     kind = node["t"]
-    if kind == "tensor":
+    if kind == "tensor" or kind == "ndarray":
         out = {k: v for k, v in node.items() if k not in ("h", "o", "n", "x")}
         nodes.append(out)
         return out
@@ -340,7 +364,7 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
     if kind == "generator":
         return {"t": kind, "device": node["device"], "v": _build(node["v"], vals, nodes)}
-    if kind == "pyrandom" or kind == "npgenerator":
+    if kind == "pyrandom" or kind == "npgenerator" or kind == "nprandomstate":
         return {"t": kind, "v": _build(node["v"], vals, nodes)}
     raise _NotTemplate(kind)
 
@@ -423,8 +447,8 @@ class TreeCache:
     call into a set of buffers kept for this block; on the background writer the manifest's
     text is rendered from the template with the new values and hashes (``_Text``), and the
     tree is built only if asked for (``Pending.built``). Objects the
-    walk does not know (numpy arrays, plain objects, CUDA tensors, ...) keep the block on
-    the full encoding, which is always right.
+    walk does not know (plain objects, dataclasses, CUDA tensors, arrays of strings or in
+    another byte order, ...) keep the block on the full encoding, which is always right.
 
     Buffer sets are reused once their checkpoint is written; ``top_up`` (on the writer) keeps
     one spare set, touched so its pages exist, while ``memory`` allows: a snapshot taken while
@@ -558,15 +582,16 @@ class TreeCache:
 
 def _walks_agree(objs: Any, sig: list, vals: list, tensors: list) -> bool:
     """Whether the in-place walk (``direct``) found what the walk over each ``state_dict()``
-    finds: the same structure, plain values and tensors (the same memory; a generator's state,
-    read afresh by each walk, the same bytes), in the same order."""
+    finds: the same structure, plain values and tensors (the same memory; a generator's state
+    and a NumPy array, which a generator's state makes afresh at each read, the same bytes),
+    in the same order."""
     sig2: list = []
     vals2: list = []
     tensors2: list = []
     if not _flatten(objs, sig2, vals2, tensors2, direct=False) or sig2 != sig or vals2 != vals \
             or len(tensors2) != len(tensors):
         return False  # (the signatures hold every value's type)
-    states = [type(prev) is tuple and prev[0] is _Generator  # which tensors are generator states
+    states = [type(prev) is tuple and (prev[0] is _Generator or prev[0] is _NDARRAY)  # generator states, arrays
               for prev, entry in zip([None, *sig], sig)
               if type(entry) is tuple and (entry[0] is _Tensor or entry[0] is _Parameter)]
     return len(states) == len(tensors) and all(
