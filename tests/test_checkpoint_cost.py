@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import os
 import random
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -204,16 +207,11 @@ def test_buffer_sets_are_reused_and_one_spare_is_kept():
     held.release()
 
 
-class _PlainObject:
-    def __init__(self):
-        self.count = 3
-
-
 def test_what_the_fast_walk_does_not_know_takes_the_full_path():
     net = torch.nn.Linear(3, 2)
     cases = [
         [net, np.array(["a", "b"])],                # an array of strings (torch has no such tensor)
-        [net, {"obj": _PlainObject()}],             # a plain object (its vars)
+        [net, {"when": datetime.date(2024, 1, 2)}],  # a leaf of its own kind (a date)
         [net, {"k": (1, 2)}, {1: "a", (1, 2): 3}],  # a tuple as a dict key
     ]
     for objs in cases:
@@ -470,6 +468,48 @@ def test_a_scripts_own_generators_take_the_fast_path_and_restore_their_draws():
     fresh = [np.random.RandomState(9), np.random.Generator(np.random.MT19937(9))]
     restore([torch.nn.Linear(3, 2), *fresh], tree, blobs.__getitem__)
     assert fresh[0].rand() == gens[0].rand() and fresh[1].random() == gens[1].random()
+
+
+class _TrainState:  # a script's own state object: no state_dict, its attributes
+    def __init__(self):
+        self.best, self.bad, self.history, self.ema = float("inf"), 0, [], torch.zeros(4)
+
+
+@dataclasses.dataclass
+class _Stats:
+    best: float = 0.0
+    patience: int = 3
+    seen: list = dataclasses.field(default_factory=list)
+
+
+def test_plain_objects_and_dataclasses_take_the_fast_path_and_restore_in_place():
+    """A state object of the script's own (its attributes), a dataclass (its fields, and an
+    attribute set later) and a SimpleNamespace: walked as the full encoding writes them
+    (the "object" and "dataclass" nodes), restored in place."""
+    net = torch.nn.Linear(3, 2)
+    state, stats, ns = _TrainState(), _Stats(), types.SimpleNamespace(step=0, tag="a")
+    stats.note = "later"
+    cache = TreeCache()
+    fast = []
+    for epoch in range(4):
+        state.best, state.bad = min(state.best, 1.0 / (epoch + 1)), epoch % 2
+        state.history.append(state.best)
+        state.ema.mul_(0.5).add_(epoch)
+        stats.seen.append((epoch, epoch * 0.5))
+        ns.step += 10
+        objs = [net, state, stats, ns]
+        p = snapshot(objs, cache=cache)
+        fast.append(p.build is not None)
+        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
+        blobs = {digest: bytes(data) for data, digest in stored}
+        assert p.canonical() == canonical_json(full(objs))
+        tree = json.loads(json.dumps(p.built()))
+        p.release()
+    assert fast == [False, True, True, True]
+    live = [torch.nn.Linear(3, 2), _TrainState(), _Stats(), types.SimpleNamespace()]
+    back = restore(live, tree, blobs.__getitem__)
+    assert back[1] is live[1] and back[1].history == state.history and torch.equal(back[1].ema, state.ema)
+    assert back[2].seen == stats.seen and back[2].note == "later" and back[3].step == 40 and back[3].tag == "a"
 
 
 def test_numpy_arrays_take_the_fast_path_and_are_the_full_encoding():

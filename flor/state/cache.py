@@ -5,11 +5,17 @@ encoding and reused while its objects keep it (``TreeCache``, issue #13).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import datetime
+import decimal
+import enum
 import itertools
+import pathlib
 import random
 import re
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from typing import Any
 
@@ -107,8 +113,14 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
             done = _optimizer(obj, sig, vals, tensors, depth, direct)
             if done is not None:
                 return done
-    elif not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))) \
-            or isinstance(obj, _ENCODED_OTHERWISE):
+    elif not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+        kind = _object_kind(t)  # a plain object or a dataclass: the encoder's "object" or "dataclass" node
+        if kind is None or callable(obj) or type(getattr(obj, "__dict__", None)) is not dict:
+            return False
+        sig.append((t, kind))
+        return _flatten(_dataclass_attrs(obj) if kind == "dataclass" else dict(vars(obj)), sig, vals, tensors,
+                        depth + 1, direct)
+    elif isinstance(obj, _ENCODED_OTHERWISE):
         return False  # (any other class with state_dict and load_state_dict: the encoder's "stateful")
     elif direct:
         done = _scheduler(obj, sig, vals, tensors, depth, direct)
@@ -116,6 +128,32 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
             return done
     sig.append(t)
     return _flatten(obj.state_dict(), sig, vals, tensors, depth + 1, direct)
+
+
+#: what the encoder makes of everything else by its type (flor.leaves, flor.state.encode): never an "object"
+_NOT_OBJECTS = (type, enum.Enum, complex, bytes, bytearray, list, tuple, dict, set, frozenset, int, float, str,
+                torch.Tensor, torch.dtype, torch.device, torch.Generator, np.ndarray, np.generic, np.dtype,
+                random.Random, np.random.RandomState, np.random.Generator, np.random.BitGenerator, pathlib.PurePath,
+                datetime.date, datetime.time, datetime.timedelta, decimal.Decimal, uuid.UUID)
+_OBJECT_KINDS: dict[type, str | None] = {}
+
+
+def _object_kind(t: type) -> str | None:
+    """"dataclass" or "object" where the encoder writes an instance of ``t`` (without
+    ``state_dict``) as that node of its attributes, else None; once per class."""
+    kind = _OBJECT_KINDS.get(t, _NO)
+    if kind is _NO:
+        kind = None if issubclass(t, _NOT_OBJECTS) else "dataclass" if dataclasses.is_dataclass(t) else "object"
+        if len(_OBJECT_KINDS) < 4096:
+            _OBJECT_KINDS[t] = kind
+    return kind  # type: ignore[return-value]
+
+
+def _dataclass_attrs(obj: Any) -> dict:
+    """A dataclass instance's fields, then what else its ``__dict__`` holds, as the encoder takes them."""
+    attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
+    attrs.update((k, v) for k, v in obj.__dict__.items() if k not in attrs)
+    return attrs
 
 
 #: the signature's mark for a list or tuple walked as one value (``_plain_list``), its length left out
@@ -364,6 +402,8 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
     if kind == "generator":
         return {"t": kind, "device": node["device"], "v": _build(node["v"], vals, nodes)}
+    if kind == "object" or kind == "dataclass":
+        return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
     if kind == "pyrandom" or kind == "npgenerator" or kind == "nprandomstate":
         return {"t": kind, "v": _build(node["v"], vals, nodes)}
     raise _NotTemplate(kind)
