@@ -57,6 +57,22 @@ def full(objs) -> dict:
     return json.loads(json.dumps(snapshot(objs, copy=False).materialize()))
 
 
+def fast_as_full(objs, cache) -> tuple[bool, dict, dict]:
+    """Snapshot ``objs`` with ``cache``; check the writer's rendered text and the built tree are
+    the full encoding's (every leaf its own blob, as ``full`` stores them). Returns whether the
+    fast path was taken, the tree and its blobs."""
+    p = snapshot(objs, cache=cache)
+    took = p.build is not None
+    stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
+    blobs = {digest: bytes(data) for data, digest in stored}
+    expected = full(objs)
+    assert p.canonical() == canonical_json(expected)  # the writer's text: rendered on the fast path
+    tree = json.loads(json.dumps(p.built()))
+    assert json.dumps(tree, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    p.release()
+    return took, tree, blobs
+
+
 @pytest.mark.parametrize("layout", ["one pack", "own blobs", "mixed"])
 def test_the_rendered_tree_text_is_its_canonical_json(layout):
     """The writer renders a fast snapshot's manifest text from the block's template instead of
@@ -408,15 +424,8 @@ def test_histories_that_grow_every_epoch_keep_the_fast_path():
         if epoch == 5:
             mixed.append(torch.ones(1))  # no longer plain values: walked element by element
         objs = [net, opt, losses, tuple(pairs), {"mixed": mixed}, []]
-        p = snapshot(objs, cache=cache)
-        fast.append(p.build is not None)
-        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)  # every leaf its own blob, as in full()
-        blobs = {digest: bytes(data) for data, digest in stored}
-        expected = full(objs)
-        assert p.canonical() == canonical_json(expected)  # the writer's text: rendered on the fast path
-        tree = json.loads(json.dumps(p.built()))
-        assert json.dumps(tree, sort_keys=True) == json.dumps(expected, sort_keys=True)
-        p.release()
+        took, tree, blobs = fast_as_full(objs, cache)
+        fast.append(took)
     assert fast == [False, True, True, True, True, False], "the fast path until the list took a tensor"
     restored = restore([torch.nn.Linear(3, 2), torch.optim.Adam(torch.nn.Linear(3, 2).parameters()), [], (), {}, []],
                        tree, blobs.__getitem__)
@@ -438,15 +447,8 @@ def test_a_scripts_own_generators_take_the_fast_path_and_restore_their_draws():
     fast = []
     for _ in range(3):
         gens[0].random(), gens[1].random(), gens[2].integers(10)
-        p = snapshot([net, *gens], cache=cache)
-        fast.append(p.build is not None)
-        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
-        blobs = {digest: bytes(data) for data, digest in stored}
-        expected = full([net, *gens])
-        assert p.canonical() == canonical_json(expected)
-        tree = json.loads(json.dumps(p.built()))
-        assert json.dumps(tree, sort_keys=True) == json.dumps(expected, sort_keys=True)
-        p.release()
+        took, tree, blobs = fast_as_full([net, *gens], cache)
+        fast.append(took)
     assert fast == [False, True, True]
     fresh = [random.Random(9), np.random.default_rng(9), np.random.Generator(np.random.PCG64DXSM(9))]
     restore([torch.nn.Linear(3, 2), *fresh], tree, blobs.__getitem__)
@@ -457,13 +459,8 @@ def test_a_scripts_own_generators_take_the_fast_path_and_restore_their_draws():
     fast = []
     for _ in range(3):
         gens[0].rand(), gens[1].random()
-        p = snapshot([net, *gens], cache=cache)
-        fast.append(p.build is not None)
-        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
-        blobs = {digest: bytes(data) for data, digest in stored}
-        assert p.canonical() == canonical_json(full([net, *gens]))
-        tree = json.loads(json.dumps(p.built()))
-        p.release()
+        took, tree, blobs = fast_as_full([net, *gens], cache)
+        fast.append(took)
     assert fast == [False, True, True]
     fresh = [np.random.RandomState(9), np.random.Generator(np.random.MT19937(9))]
     restore([torch.nn.Linear(3, 2), *fresh], tree, blobs.__getitem__)
@@ -498,13 +495,8 @@ def test_plain_objects_and_dataclasses_take_the_fast_path_and_restore_in_place()
         stats.seen.append((epoch, epoch * 0.5))
         ns.step += 10
         objs = [net, state, stats, ns]
-        p = snapshot(objs, cache=cache)
-        fast.append(p.build is not None)
-        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
-        blobs = {digest: bytes(data) for data, digest in stored}
-        assert p.canonical() == canonical_json(full(objs))
-        tree = json.loads(json.dumps(p.built()))
-        p.release()
+        took, tree, blobs = fast_as_full(objs, cache)
+        fast.append(took)
     assert fast == [False, True, True, True]
     live = [torch.nn.Linear(3, 2), _TrainState(), _Stats(), types.SimpleNamespace()]
     back = restore(live, tree, blobs.__getitem__)
@@ -525,13 +517,8 @@ def test_numpy_arrays_take_the_fast_path_and_are_the_full_encoding():
         best += 0.125
         mask[epoch] = True
         objs = [net, {"confusion": confusion, "best": best}, mask]
-        p = snapshot(objs, cache=cache)
-        fast.append(p.build is not None)
-        stored, _ = hash_and_pack([p], threshold=0, pack_all=-1)
-        blobs = {digest: bytes(data) for data, digest in stored}
-        assert p.canonical() == canonical_json(full(objs))
-        tree = json.loads(json.dumps(p.built()))
-        p.release()
+        took, tree, blobs = fast_as_full(objs, cache)
+        fast.append(took)
         confusion += 1  # after the snapshot: not in it
     assert fast == [False, True, True, True]
     back = restore([torch.nn.Linear(3, 2), {}, np.ones(5, dtype=bool)], tree, blobs.__getitem__)
