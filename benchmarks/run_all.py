@@ -8,7 +8,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["log_call", "storage", "record_overhead", "replay_speedup", "parallel_replay", "flor_replay",
-              "reliability", "busy_machine", "writer_floor", "checkpoint_fixed_cost", "vs_flor"]
+              "reliability", "busy_machine", "writer_floor", "checkpoint_fixed_cost", "loop_state_cost", "vs_flor"]
 
 if __name__ == "__main__":
     failed = []
