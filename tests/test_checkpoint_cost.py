@@ -401,16 +401,17 @@ def test_non_finite_values_take_the_fast_path_and_are_written_as_the_full_encodi
 
 
 def test_histories_that_grow_every_epoch_keep_the_fast_path():
-    """A loss history, ``(epoch, accuracy)`` pairs, a list with np.float64 in it and the
-    optimizer's growing step count: every append used to change the block's signature, so
-    every checkpoint was a full encoding and a new template. They are one value each now: the
-    fast path every time after the first, its rendered text and built tree the full encoding's,
-    and a restore gives the lists back; a list that takes a tensor learns again."""
+    """A loss history, ``(epoch, accuracy)`` pairs, a list with np.float64 in it and a dict
+    keyed by epoch: every append used to change the block's signature, so every checkpoint was
+    a full encoding and a new template. They are one value each now: the fast path every time
+    after the first, its rendered text and built tree the full encoding's, and a restore gives
+    them back; a list that takes a tensor learns again."""
     net = torch.nn.Linear(3, 2)
     opt = torch.optim.Adam(net.parameters(), lr=0.1)
     losses: list = []
     pairs: list = []
     mixed: list = []
+    by_epoch: dict = {}
     cache = TreeCache()
     fast = []
     for epoch in range(6):
@@ -419,16 +420,18 @@ def test_histories_that_grow_every_epoch_keep_the_fast_path():
         losses.append(0.5 / (epoch + 1))
         pairs.append((epoch, 1.0 - losses[-1]) if epoch % 2 else [epoch, None, "x"])
         mixed.append(np.float64(epoch / 3))
+        by_epoch[epoch] = np.float64(epoch / 4) if epoch % 2 else None
         if epoch == 4:
             losses.append(float("nan"))
         if epoch == 5:
             mixed.append(torch.ones(1))  # no longer plain values: walked element by element
-        objs = [net, opt, losses, tuple(pairs), {"mixed": mixed}, []]
+        objs = [net, opt, losses, tuple(pairs), {"mixed": mixed}, [], by_epoch]
         took, tree, blobs = fast_as_full(objs, cache)
         fast.append(took)
     assert fast == [False, True, True, True, True, False], "the fast path until the list took a tensor"
-    restored = restore([torch.nn.Linear(3, 2), torch.optim.Adam(torch.nn.Linear(3, 2).parameters()), [], (), {}, []],
-                       tree, blobs.__getitem__)
+    restored = restore([torch.nn.Linear(3, 2), torch.optim.Adam(torch.nn.Linear(3, 2).parameters()), [], (), {}, [],
+                        {}], tree, blobs.__getitem__)
+    assert restored[6] == {e: (e / 4 if e % 2 else None) for e in range(6)}
     nan = [i for i, x in enumerate(losses) if x != x]
     assert nan == [5] and [x for x in restored[2] if x == x] == [x for x in losses if x == x] \
         and restored[2][5] != restored[2][5]

@@ -83,6 +83,12 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
                 return False
         return True
     if t is dict or t is OrderedDict:
+        if t is dict and obj:
+            plain = _epoch_dict(obj)
+            if plain is not None:  # its keys and its values one value each: a dict that grows keeps the template
+                sig.append((t, _PLAIN_LIST))
+                vals.extend(plain)
+                return True
         keys = tuple(obj)
         types = tuple(map(type, keys))
         if not _PRIMITIVE_SET.issuperset(types):
@@ -190,6 +196,23 @@ def _plain_list(obj: list | tuple) -> list | None:
         else:
             return None
     return out
+
+
+def _epoch_dict(obj: dict) -> tuple[list, list] | None:
+    """A dict with int keys and plain values (``{epoch: val_acc}``) as the ``"k"`` and ``"v"``
+    of the node the encoder makes for it, copies; None otherwise. Walked key by key, every new
+    epoch changed the signature and made each checkpoint a full encoding and a new template.
+
+    >>> import numpy as np
+    >>> _epoch_dict({0: 0.5, 1: np.float64(0.25), 2: None}), _epoch_dict({0: [1]}), _epoch_dict({"a": 1})
+    (([0, 1, 2], [0.5, 0.25, None]), None, None)
+    """
+    keys = list(obj)
+    if not all(type(k) is int for k in keys):
+        return None
+    values = [v if type(v) in _PRIMITIVE_SET else float.__float__(v) if type(v) is np.float64 else _NO
+              for v in obj.values()]
+    return None if _NO in values else (keys, values)
 
 
 def _plain_node(node: dict) -> bool:
@@ -392,6 +415,9 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
             return {"t": kind, "v": next(vals)}
         return {"t": kind, "v": [_build(x, vals, nodes) for x in node["v"]]}
     if kind in ("dict", "odict"):
+        if kind == "dict" and node["k"] and all(type(k) is int for k in node["k"]) \
+                and all(type(v) is not dict for v in node["v"]):  # as ``_epoch_dict`` takes it
+            return {"t": kind, "k": next(vals), "v": next(vals)}
         out = {"t": kind, "k": node["k"], "v": [_build(x, vals, nodes) for x in node["v"]]}
         if "meta" in node:
             out["meta"] = _build(node["meta"], vals, nodes)
