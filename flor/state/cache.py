@@ -180,6 +180,8 @@ def _plain_list(obj: list | tuple) -> list | None:
     >>> _plain_list([1, 2.5, None, np.float64(0.5)]), _plain_list([(1, 0.5), [2, "a"]]), _plain_list([1, [2, [3]]])
     ([1, 2.5, None, 0.5], [{'t': 'tuple', 'v': [1, 0.5]}, {'t': 'list', 'v': [2, 'a']}], None)
     """
+    if _PRIMITIVE_SET.issuperset(map(type, obj)):  # the usual history: one pass in C, then a copy
+        return list(obj)
     out = []
     for x in obj:
         t = type(x)
