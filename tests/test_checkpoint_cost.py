@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import json
@@ -401,8 +402,8 @@ def test_non_finite_values_take_the_fast_path_and_are_written_as_the_full_encodi
 
 
 def test_histories_that_grow_every_epoch_keep_the_fast_path():
-    """A loss history, ``(epoch, accuracy)`` pairs, a list with np.float64 in it and a dict
-    keyed by epoch: every append used to change the block's signature, so every checkpoint was
+    """A loss history, ``(epoch, accuracy)`` pairs, a list with np.float64 in it, a dict
+    keyed by epoch and a ``deque(maxlen=3)``: every append used to change the block's signature, so every checkpoint was
     a full encoding and a new template. They are one value each now: the fast path every time
     after the first, its rendered text and built tree the full encoding's, and a restore gives
     them back; a list that takes a tensor learns again."""
@@ -412,6 +413,7 @@ def test_histories_that_grow_every_epoch_keep_the_fast_path():
     pairs: list = []
     mixed: list = []
     by_epoch: dict = {}
+    recent = collections.deque(maxlen=3)  # the last three losses: a moving average's window
     cache = TreeCache()
     fast = []
     for epoch in range(6):
@@ -421,17 +423,20 @@ def test_histories_that_grow_every_epoch_keep_the_fast_path():
         pairs.append((epoch, 1.0 - losses[-1]) if epoch % 2 else [epoch, None, "x"])
         mixed.append(np.float64(epoch / 3))
         by_epoch[epoch] = np.float64(epoch / 4) if epoch % 2 else None
+        recent.append(losses[-1])
         if epoch == 4:
             losses.append(float("nan"))
         if epoch == 5:
             mixed.append(torch.ones(1))  # no longer plain values: walked element by element
-        objs = [net, opt, losses, tuple(pairs), {"mixed": mixed}, [], by_epoch]
+        objs = [net, opt, losses, tuple(pairs), {"mixed": mixed}, [], by_epoch, recent]
         took, tree, blobs = fast_as_full(objs, cache)
         fast.append(took)
     assert fast == [False, True, True, True, True, False], "the fast path until the list took a tensor"
+    window = collections.deque(maxlen=3)
     restored = restore([torch.nn.Linear(3, 2), torch.optim.Adam(torch.nn.Linear(3, 2).parameters()), [], (), {}, [],
-                        {}], tree, blobs.__getitem__)
+                        {}, window], tree, blobs.__getitem__)
     assert restored[6] == {e: (e / 4 if e % 2 else None) for e in range(6)}
+    assert restored[7] is window and list(window) == list(recent) == [0.5 / 4, 0.5 / 5, 0.5 / 6]
     nan = [i for i, x in enumerate(losses) if x != x]
     assert nan == [5] and [x for x in restored[2] if x == x] == [x for x in losses if x == x] \
         and restored[2][5] != restored[2][5]

@@ -220,3 +220,35 @@ def test_arrays_torch_has_no_tensor_for_are_stored_as_their_bytes() -> None:
     for a, b in zip(arrays, back[0]):
         assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fmM"), a
     assert [(type(x), x) for x in back[1]] == [(type(x), x) for x in scalars]
+
+
+def test_deques_and_defaultdicts_are_stored_natively_and_restored_in_place() -> None:
+    """A ``deque(maxlen=N)`` of recent losses and a ``defaultdict(list)`` of histories were
+    pickled (a warning, and a colleague's replay from a shared bucket refused them); they are
+    nodes of their own now, restored in place. A defaultdict whose factory is not a builtin
+    type is still pickled; a manifest naming any other factory is refused as damaged."""
+    from flor.store.manifest import check_node
+
+    recent = collections.deque([torch.ones(2), 0.5], maxlen=3)
+    hist = collections.defaultdict(list, {"loss": [1.0, 0.5], "acc": []})
+    objs = [recent, hist, collections.defaultdict(int, {3: 4}), collections.deque()]
+    tree, blobs = roundtrip(objs)
+    check_node(json.loads(json.dumps(tree)))
+    live = [collections.deque(maxlen=3), collections.defaultdict(list), collections.defaultdict(int),
+            collections.deque()]
+    originals = list(live)
+    back = restore([live], tree, blobs.__getitem__)[0]
+    assert len(back) == 4 and all(b is x for b, x in zip(back, originals))  # in place
+    assert back[0].maxlen == 3 and torch.equal(back[0][0], torch.ones(2)) and back[0][1] == 0.5
+    assert back[1] == hist and back[1]["new"] == [] and back[2] == {3: 4} and back[2]["x"] == 0
+    other = restore([None], tree, blobs.__getitem__)[0]  # no live objects: new ones, the same
+    assert other[0].maxlen == 3 and other[1].default_factory is list and dict(other[1]) == dict(hist)
+    with pytest.warns(RuntimeWarning, match="pickle"):
+        pickled = snapshot([collections.defaultdict(lambda: 7, {"a": 1})]).materialize()
+    assert '"pickle"' in json.dumps(pickled)
+    hostile = json.loads(json.dumps(tree))
+    hostile["v"][0]["v"][1]["factory"] = "os.system"
+    with pytest.raises(Exception, match="factory"):
+        check_node(hostile)
+    with pytest.raises(FlorError):
+        restore([None], hostile, blobs.__getitem__)

@@ -4,6 +4,7 @@ encoding and reused while its objects keep it (``TreeCache``, issue #13).
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
 import datetime
@@ -63,6 +64,13 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append((_Tensor, state.dtype, state.shape, False))
         tensors.append(state)
         return True
+    if t is _Deque:  # the encoder's "deque" node: its maxlen, then its items as a list's
+        plain = _plain_list(obj)
+        sig.append((t, obj.maxlen, _PLAIN_LIST if plain is not None else len(obj)))
+        if plain is not None:
+            vals.append(plain)
+            return True
+        return all(_flatten(x, sig, vals, tensors, depth + 1, direct) for x in obj)
     if t is _NDARRAY:  # the encoder's "ndarray" node: dtype and shape, its bytes a leaf (a uint8 view here)
         data = _array_bytes(obj)
         if data is None:
@@ -137,7 +145,8 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
 
 
 #: what the encoder makes of everything else by its type (flor.leaves, flor.state.encode): never an "object"
-_NOT_OBJECTS = (type, enum.Enum, complex, bytes, bytearray, list, tuple, dict, set, frozenset, int, float, str,
+_NOT_OBJECTS = (type, enum.Enum, complex, bytes, bytearray, list, tuple, dict, set, frozenset, collections.deque,
+                int, float, str,
                 torch.Tensor, torch.dtype, torch.device, torch.Generator, np.ndarray, np.generic, np.dtype,
                 random.Random, np.random.RandomState, np.random.Generator, np.random.BitGenerator, pathlib.PurePath,
                 datetime.date, datetime.time, datetime.timedelta, decimal.Decimal, uuid.UUID)
@@ -236,6 +245,7 @@ _QUANTIZED = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dt
 _ODD = _COMPLEX | _QUANTIZED
 _Tensor, _Parameter, _STRIDED, _Generator = torch.Tensor, torch.nn.Parameter, torch.strided, torch.Generator
 _Random, _NpGenerator, _RandomState, _NDARRAY = random.Random, np.random.Generator, np.random.RandomState, np.ndarray
+_Deque = collections.deque
 
 
 def _array_bytes(a: np.ndarray) -> torch.Tensor | None:
@@ -430,6 +440,10 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
     if kind == "generator":
         return {"t": kind, "device": node["device"], "v": _build(node["v"], vals, nodes)}
+    if kind == "deque":
+        if _plain_node(node):
+            return {"t": kind, "maxlen": node["maxlen"], "v": next(vals)}
+        return {"t": kind, "maxlen": node["maxlen"], "v": [_build(x, vals, nodes) for x in node["v"]]}
     if kind == "object" or kind == "dataclass":
         return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
     if kind == "pyrandom" or kind == "npgenerator" or kind == "nprandomstate":

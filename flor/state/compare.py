@@ -38,7 +38,10 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
             return [path or "<root>"]
         if a["t"] == "namedtuple" and a.get("k") != b.get("k"):
             return [f"{path}.<fields>"]
-        if a["t"] in ("dict", "odict", "object", "stateful", "dataclass") and isinstance(a.get("v"), (dict, list)):
+        if a.get("maxlen") != b.get("maxlen") or a.get("factory") != b.get("factory"):  # a deque's, a defaultdict's
+            return [path or "<root>"]
+        if a["t"] in ("dict", "odict", "defaultdict", "object", "stateful", "dataclass") \
+                and isinstance(a.get("v"), (dict, list)):
             if a["t"] in ("object", "stateful", "dataclass"):
                 return diff_nodes(a["v"], b["v"], path)
             ka, kb = a["k"], b["k"]
@@ -47,7 +50,7 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
             for k, va, vb in zip(ka, a["v"], b["v"]):
                 out += diff_nodes(va, vb, f"{path}.{k}" if path else str(k))
             return out
-        if a["t"] in ("list", "tuple", "namedtuple"):
+        if a["t"] in ("list", "tuple", "namedtuple", "deque"):
             if len(a["v"]) != len(b["v"]):
                 return [f"{path}.<length>"]
             for i, (va, vb) in enumerate(zip(a["v"], b["v"])):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ import torch
 
 from ..errors import CheckpointError, FlorError, StateError
 from ..leaves import LEAF_KINDS, decode_leaf, find_class
-from ..store.manifest import NP_BITGENS, NP_KINDS
+from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
 from .nodes import Loader, _TORCH_DTYPES, _qualname
 from .rng import _as_tuple, restore_rng
 
@@ -160,6 +160,13 @@ def _decode(node: Any, load: Loader, to_device: bool, path: str, pickles: Pickle
     if kind in ("list", "tuple", "set", "frozenset"):
         items = [_decode(x, load, to_device, f"{path}[{i}]", pickles) for i, x in enumerate(node["v"])]
         return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+    if kind == "deque":
+        return deque((_decode(x, load, to_device, f"{path}[{i}]", pickles) for i, x in enumerate(node["v"])),
+                     node.get("maxlen"))
+    if kind == "defaultdict":
+        return defaultdict(DEFAULT_FACTORIES[node.get("factory")], (
+            (_decode(k, load, to_device, f"{path}.<key>", pickles), _decode(v, load, to_device, f"{path}.{k}", pickles))
+            for k, v in zip(node["k"], node["v"])))
     if kind in ("dict", "odict"):
         out = (OrderedDict if kind == "odict" else dict)(
             (_decode(k, load, to_device, f"{path}.<key>", pickles), _decode(v, load, to_device, f"{path}.{k}", pickles))
@@ -279,6 +286,17 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             return live
         if kind == "bytearray" and type(live) is bytearray:
             live[:] = _leaf_bytes(node, load, path)
+            return live
+        if kind == "deque" and type(live) is deque and live.maxlen == node.get("maxlen"):
+            items = _decode(node, load, True, path, pickles)
+            live.clear()
+            live.extend(items)
+            return live
+        if kind == "defaultdict" and type(live) is defaultdict \
+                and live.default_factory is DEFAULT_FACTORIES[node.get("factory")]:
+            items = _decode(node, load, True, path, pickles)
+            live.clear()
+            live.update(items)
             return live
         if kind in ("dict", "odict"):
             keys = [_decode(k, load, False, f"{path}.<key>", pickles) for k in node["k"]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict, deque
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ import torch
 
 from ..errors import StateError, warn
 from ..leaves import encode_leaf, sort_key
-from ..store.manifest import NP_BITGENS, NP_KINDS
+from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
 from .cache import TreeCache
 from .nodes import _PRIMITIVES, _qualname
 from .pending import BufferPool, Pending, _is_plain_tensor
@@ -182,6 +182,12 @@ class _Encoder:
             return {"t": "npgenerator", "v": self.encode(obj.bit_generator.state, path)}
         if isinstance(obj, np.random.BitGenerator) and type(obj).__name__ in NP_BITGENS:
             return {"t": "npbitgen", "cls": type(obj).__name__, "v": self.encode(obj.state, path)}
+        if type(obj) is deque:
+            return {"t": "deque", "maxlen": obj.maxlen, "v": [self.encode(x, f"{path}[{i}]") for i, x in enumerate(obj)]}
+        if type(obj) is defaultdict and _factory_name(obj.default_factory) in DEFAULT_FACTORIES:
+            return {"t": "defaultdict", "factory": _factory_name(obj.default_factory),
+                    "k": [self.encode(k, f"{path}.<key>") for k in obj],
+                    "v": [self.encode(v, f"{path}.{k}") for k, v in obj.items()]}
         if type(obj) in (set, frozenset):
             items = sorted(obj, key=sort_key)
             return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}{{}}") for x in items]}
@@ -194,11 +200,18 @@ class _Encoder:
             attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
             attrs.update((k, v) for k, v in getattr(obj, "__dict__", {}).items() if k not in attrs)
             return {"t": "dataclass", "cls": _qualname(obj), "v": self.encode(attrs, path)}
-        if isinstance(obj, (list, tuple, dict, set, frozenset)):  # a Counter, a defaultdict: their vars() miss the data
+        if isinstance(obj, (list, tuple, dict, set, frozenset, deque)):  # a Counter, a defaultdict of a lambda, a
+            # deque subclass: their vars() miss the data
             return self.pickled(obj, path)
         if hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
             return {"t": "object", "cls": _qualname(obj), "v": self.encode(dict(vars(obj)), path)}
         return self.pickled(obj, path)
+
+
+def _factory_name(factory: Any) -> str | None:
+    """A defaultdict's factory's name in DEFAULT_FACTORIES (None: no factory); "" where it is
+    none of them (the dict is then pickled)."""
+    return next((name for name, f in DEFAULT_FACTORIES.items() if f is factory), "")
 
 
 def _as_base(obj: Any) -> Any:

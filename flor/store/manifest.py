@@ -44,6 +44,9 @@ TORCH_DTYPES: dict[str, int] = {
 }
 #: numpy dtype kinds an array or scalar leaf may have (no object, structured or void arrays)
 NP_KINDS = "biufcSUmM"
+#: a collections.defaultdict's default_factory flor stores by name (None: no factory); any other is pickled
+DEFAULT_FACTORIES = {None: None, "list": list, "dict": dict, "int": int, "float": float, "str": str, "set": set,
+                     "tuple": tuple}
 #: pathlib classes a path leaf may name
 PATH_CLASSES = ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath")
 #: numpy bit generators a generator leaf may name
@@ -360,9 +363,22 @@ def _bytes(node: dict, path: str, depth: int) -> None:
     _hash(node, path)
 
 
+def _deque(node: dict, path: str, depth: int) -> None:
+    maxlen = node.get("maxlen")
+    if maxlen is not None:
+        _int(maxlen, path, "a deque's maxlen", high=1 << 62)
+    _seq(node, path, depth)
+
+
+def _defaultdict(node: dict, path: str, depth: int) -> None:
+    if node.get("factory") not in DEFAULT_FACTORIES:
+        _fail(path, f"a defaultdict's factory {node.get('factory')!r:.40} is not one flor stores")
+    _mapping(node, path, depth)
+
+
 _KINDS = {
-    "list": _seq, "tuple": _seq, "set": _seq, "frozenset": _seq,
-    "dict": _mapping, "odict": _mapping,
+    "list": _seq, "tuple": _seq, "set": _seq, "frozenset": _seq, "deque": _deque,
+    "dict": _mapping, "odict": _mapping, "defaultdict": _defaultdict,
     "tensor": _tensor, "ndarray": _ndarray, "npscalar": _npscalar,
     "stateful": _stateful, "generator": _generator,
     "pyrandom": _with_v, "nprandomstate": _with_v, "npgenerator": _with_v, "npbitgen": _npbitgen,
