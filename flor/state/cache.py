@@ -25,7 +25,7 @@ import torch
 
 from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
-from .nodes import _PRIMITIVE_SET
+from .nodes import _PRIMITIVE_SET, _dataclass_attrs
 from .pending import Pending, _empty_like, _tensor_bytes
 
 __all__ = ["TreeCache"]
@@ -64,13 +64,6 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append((_Tensor, state.dtype, state.shape, False))
         tensors.append(state)
         return True
-    if t is _Deque:  # the encoder's "deque" node: its maxlen, then its items as a list's
-        plain = _plain_list(obj)
-        sig.append((t, obj.maxlen, _PLAIN_LIST if plain is not None else len(obj)))
-        if plain is not None:
-            vals.append(plain)
-            return True
-        return all(_flatten(x, sig, vals, tensors, depth + 1, direct) for x in obj)
     if t is _NDARRAY:  # the encoder's "ndarray" node: dtype and shape, its bytes a leaf (a uint8 view here)
         data = _array_bytes(obj)
         if data is None:
@@ -79,17 +72,15 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append((_Tensor, torch.uint8, data.shape, False))
         tensors.append(data)
         return True
-    if t is list or t is tuple:
+    if t is list or t is tuple or t is _Deque:  # a deque's node also has its maxlen
+        head = (t, obj.maxlen) if t is _Deque else (t,)
         plain = _plain_list(obj)
         if plain is not None:  # one slot, whatever its length: a history that grows keeps the template
-            sig.append((t, _PLAIN_LIST))
+            sig.append((*head, _PLAIN_LIST))
             vals.append(plain)
             return True
-        sig.append((t, len(obj)))
-        for x in obj:
-            if not _flatten(x, sig, vals, tensors, depth + 1, direct):
-                return False
-        return True
+        sig.append((*head, len(obj)))
+        return all(_flatten(x, sig, vals, tensors, depth + 1, direct) for x in obj)
     if t is dict or t is OrderedDict:
         if t is dict and obj:
             plain = _epoch_dict(obj)
@@ -164,17 +155,9 @@ def _object_kind(t: type) -> str | None:
     return kind  # type: ignore[return-value]
 
 
-def _dataclass_attrs(obj: Any) -> dict:
-    """A dataclass instance's fields, then what else its ``__dict__`` holds, as the encoder takes them."""
-    attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
-    attrs.update((k, v) for k, v in obj.__dict__.items() if k not in attrs)
-    return attrs
-
-
 #: the signature's mark for a list or tuple walked as one value (``_plain_list``), its length left out
 _PLAIN_LIST = "plain"
-#: element types the encoder writes inline in a list: the primitives, and np.float64 (a float subclass)
-_NO = object()  # an element `_plain_list` does not take
+_NO = object()  # a value the encoder does not write inline (``_inline``)
 
 
 def _plain_list(obj: list | tuple) -> list | None:
@@ -194,19 +177,21 @@ def _plain_list(obj: list | tuple) -> list | None:
     out = []
     for x in obj:
         t = type(x)
-        if t in _PRIMITIVE_SET:
-            out.append(x)
-        elif t is np.float64:
-            out.append(float.__float__(x))  # as the encoder writes it (``_as_base``)
-        elif t is list or t is tuple:
-            inner = [y if type(y) in _PRIMITIVE_SET else float.__float__(y) if type(y) is np.float64 else _NO
-                     for y in x]
+        if t is list or t is tuple:
+            inner = list(map(_inline, x))
             if _NO in inner:
                 return None
             out.append({"t": t.__name__, "v": inner})
         else:
-            return None
-    return out
+            out.append(_inline(x))
+    return None if _NO in out else out
+
+
+def _inline(x: Any) -> Any:
+    """``x`` as the encoder writes it inline (a primitive, an np.float64 as a float:
+    ``_as_base``), or ``_NO``."""
+    t = type(x)
+    return x if t in _PRIMITIVE_SET else float.__float__(x) if t is np.float64 else _NO
 
 
 def _epoch_dict(obj: dict) -> tuple[list, list] | None:
@@ -221,8 +206,7 @@ def _epoch_dict(obj: dict) -> tuple[list, list] | None:
     keys = list(obj)
     if not all(type(k) is int for k in keys):
         return None
-    values = [v if type(v) in _PRIMITIVE_SET else float.__float__(v) if type(v) is np.float64 else _NO
-              for v in obj.values()]
+    values = list(map(_inline, obj.values()))
     return None if _NO in values else (keys, values)
 
 
@@ -422,10 +406,10 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         out = {k: v for k, v in node.items() if k not in ("h", "o", "n", "x")}
         nodes.append(out)
         return out
-    if kind in ("list", "tuple"):
-        if _plain_node(node):
-            return {"t": kind, "v": next(vals)}
-        return {"t": kind, "v": [_build(x, vals, nodes) for x in node["v"]]}
+    if kind in ("list", "tuple", "deque"):
+        out = {"t": kind, "maxlen": node["maxlen"]} if kind == "deque" else {"t": kind}
+        out["v"] = next(vals) if _plain_node(node) else [_build(x, vals, nodes) for x in node["v"]]
+        return out
     if kind in ("dict", "odict"):
         if kind == "dict" and node["k"] and all(type(k) is int for k in node["k"]) \
                 and all(type(v) is not dict for v in node["v"]):  # as ``_epoch_dict`` takes it
@@ -440,10 +424,6 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
         return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
     if kind == "generator":
         return {"t": kind, "device": node["device"], "v": _build(node["v"], vals, nodes)}
-    if kind == "deque":
-        if _plain_node(node):
-            return {"t": kind, "maxlen": node["maxlen"], "v": next(vals)}
-        return {"t": kind, "maxlen": node["maxlen"], "v": [_build(x, vals, nodes) for x in node["v"]]}
     if kind == "object" or kind == "dataclass":
         return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
     if kind == "pyrandom" or kind == "npgenerator" or kind == "nprandomstate":

@@ -157,21 +157,17 @@ def _decode(node: Any, load: Loader, to_device: bool, path: str, pickles: Pickle
     if not isinstance(node, dict):
         return node
     kind = node["t"]
-    if kind in ("list", "tuple", "set", "frozenset"):
+    if kind in ("list", "tuple", "set", "frozenset", "deque"):
         items = [_decode(x, load, to_device, f"{path}[{i}]", pickles) for i, x in enumerate(node["v"])]
+        if kind == "deque":
+            return deque(items, node.get("maxlen"))
         return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
-    if kind == "deque":
-        return deque((_decode(x, load, to_device, f"{path}[{i}]", pickles) for i, x in enumerate(node["v"])),
-                     node.get("maxlen"))
-    if kind == "defaultdict":
-        return defaultdict(DEFAULT_FACTORIES[node.get("factory")], (
-            (_decode(k, load, to_device, f"{path}.<key>", pickles), _decode(v, load, to_device, f"{path}.{k}", pickles))
-            for k, v in zip(node["k"], node["v"])))
-    if kind in ("dict", "odict"):
-        out = (OrderedDict if kind == "odict" else dict)(
-            (_decode(k, load, to_device, f"{path}.<key>", pickles), _decode(v, load, to_device, f"{path}.{k}", pickles))
-            for k, v in zip(node["k"], node["v"])
-        )
+    if kind in ("dict", "odict", "defaultdict"):
+        pairs = ((_decode(k, load, to_device, f"{path}.<key>", pickles),
+                  _decode(v, load, to_device, f"{path}.{k}", pickles)) for k, v in zip(node["k"], node["v"]))
+        if kind == "defaultdict":
+            return defaultdict(DEFAULT_FACTORIES[node.get("factory")], pairs)
+        out = (OrderedDict if kind == "odict" else dict)(pairs)
         if "meta" in node:
             out._metadata = _decode(node["meta"], load, False, path, pickles)  # type: ignore[attr-defined]
         return out

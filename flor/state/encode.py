@@ -16,7 +16,7 @@ from ..errors import StateError, warn
 from ..leaves import encode_leaf, sort_key
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
 from .cache import TreeCache
-from .nodes import _PRIMITIVES, _qualname
+from .nodes import _PRIMITIVES, _dataclass_attrs, _qualname
 from .pending import BufferPool, Pending, _is_plain_tensor
 from .rng import NumpyRaw, settled
 
@@ -128,10 +128,9 @@ class _Encoder:
         if isinstance(obj, torch.Tensor):
             return self.tensor(obj, path)
         if isinstance(obj, np.ndarray):
-            if obj.dtype.hasobject:
-                return self.pickled(obj, path)
-            if obj.dtype.kind not in NP_KINDS or obj.dtype.fields is not None or obj.dtype.subdtype is not None:
-                return self.pickled(obj, path)  # a structured or void array: what a reader's dtype check refuses
+            if obj.dtype.hasobject or obj.dtype.kind not in NP_KINDS or obj.dtype.fields is not None \
+                    or obj.dtype.subdtype is not None:
+                return self.pickled(obj, path)  # objects, a structured or void array: what a reader refuses
             node = {"t": "ndarray", "dtype": obj.dtype.str, "shape": list(obj.shape)}
             data = np.ascontiguousarray(obj).copy()
             if not obj.size:
@@ -157,17 +156,18 @@ class _Encoder:
         finally:
             self._active.discard(id(obj))
 
+    def _pairs(self, obj: dict, path: str) -> dict:
+        """A mapping node's ``"k"`` and ``"v"``."""
+        return {"k": [self.encode(k, f"{path}.<key>") for k in obj],
+                "v": [self.encode(v, f"{path}.{k}") for k, v in obj.items()]}
+
     def _encode_container(self, obj: Any, path: str) -> Any:
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
             if all(type(x) in _PRIMITIVES for x in obj):  # fast path: e.g. Python's RNG state
                 return {"t": type(obj).__name__, "v": list(obj)}
             return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}[{i}]") for i, x in enumerate(obj)]}
         if isinstance(obj, dict) and type(obj) in (dict, OrderedDict):
-            node = {
-                "t": "odict" if type(obj) is OrderedDict else "dict",
-                "k": [self.encode(k, f"{path}.<key>") for k in obj],
-                "v": [self.encode(v, f"{path}.{k}") for k, v in obj.items()],
-            }
+            node = {"t": "odict" if type(obj) is OrderedDict else "dict", **self._pairs(obj, path)}
             meta = getattr(obj, "_metadata", None)
             if meta is not None:  # Module.state_dict() versions, used by load_state_dict
                 node["meta"] = self.encode(dict(meta), f"{path}._metadata")
@@ -185,9 +185,7 @@ class _Encoder:
         if type(obj) is deque:
             return {"t": "deque", "maxlen": obj.maxlen, "v": [self.encode(x, f"{path}[{i}]") for i, x in enumerate(obj)]}
         if type(obj) is defaultdict and _factory_name(obj.default_factory) in DEFAULT_FACTORIES:
-            return {"t": "defaultdict", "factory": _factory_name(obj.default_factory),
-                    "k": [self.encode(k, f"{path}.<key>") for k in obj],
-                    "v": [self.encode(v, f"{path}.{k}") for k, v in obj.items()]}
+            return {"t": "defaultdict", "factory": _factory_name(obj.default_factory), **self._pairs(obj, path)}
         if type(obj) in (set, frozenset):
             items = sorted(obj, key=sort_key)
             return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}{{}}") for x in items]}
@@ -197,9 +195,7 @@ class _Encoder:
         if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
             return {"t": "stateful", "cls": _qualname(obj), "v": self.encode(obj.state_dict(), path)}
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
-            attrs.update((k, v) for k, v in getattr(obj, "__dict__", {}).items() if k not in attrs)
-            return {"t": "dataclass", "cls": _qualname(obj), "v": self.encode(attrs, path)}
+            return {"t": "dataclass", "cls": _qualname(obj), "v": self.encode(_dataclass_attrs(obj), path)}
         if isinstance(obj, (list, tuple, dict, set, frozenset, deque)):  # a Counter, a defaultdict of a lambda, a
             # deque subclass: their vars() miss the data
             return self.pickled(obj, path)

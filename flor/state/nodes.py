@@ -4,6 +4,7 @@ dtypes a tree may name, how a class is named, and what a decode reads blobs with
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -24,3 +25,11 @@ Loader = Callable[[str], bytes]
 def _qualname(obj: Any) -> str:
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _dataclass_attrs(obj: Any) -> dict:
+    """A dataclass instance's fields (those set), then what else its ``__dict__`` holds: the
+    "dataclass" node's attributes, for the encoder and the fast walk alike."""
+    attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
+    attrs.update((k, v) for k, v in getattr(obj, "__dict__", {}).items() if k not in attrs)
+    return attrs
