@@ -82,7 +82,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append((*head, len(obj)))
         return all(_flatten(x, sig, vals, tensors, depth + 1, direct) for x in obj)
     if t is dict or t is OrderedDict:
-        if t is dict and obj:
+        if t is dict and obj and type(next(iter(obj))) is int:
             plain = _epoch_dict(obj)
             if plain is not None:  # its keys and its values one value each: a dict that grows keeps the template
                 sig.append((t, _PLAIN_LIST))
@@ -183,8 +183,11 @@ def _plain_list(obj: list | tuple) -> list | None:
                 return None
             out.append({"t": t.__name__, "v": inner})
         else:
-            out.append(_inline(x))
-    return None if _NO in out else out
+            x = _inline(x)
+            if x is _NO:
+                return None
+            out.append(x)
+    return out
 
 
 def _inline(x: Any) -> Any:
@@ -203,11 +206,15 @@ def _epoch_dict(obj: dict) -> tuple[list, list] | None:
     >>> _epoch_dict({0: 0.5, 1: np.float64(0.25), 2: None}), _epoch_dict({0: [1]}), _epoch_dict({"a": 1})
     (([0, 1, 2], [0.5, 0.25, None]), None, None)
     """
-    keys = list(obj)
-    if not all(type(k) is int for k in keys):
+    if not all(type(k) is int for k in obj):
         return None
-    values = list(map(_inline, obj.values()))
-    return None if _NO in values else (keys, values)
+    values = []
+    for v in obj.values():
+        v = _inline(v)
+        if v is _NO:  # (an optimizer's state, keyed by parameter index: dicts of tensors)
+            return None
+        values.append(v)
+    return list(obj), values
 
 
 def _plain_node(node: dict) -> bool:
