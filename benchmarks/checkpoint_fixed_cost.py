@@ -1,6 +1,6 @@
 """Fixed cost per checkpoint for a small model: the digits CNN of examples/cnn.py.
 
-Records examples/cnn.py three times: with a checkpoint at every epoch (FLOR_EVERY=1, for
+Records examples/cnn.py three ways: with a checkpoint at every epoch (FLOR_EVERY=1, for
 ``--long-epochs``; the means include the first checkpoint, which pays the full encoding),
 reporting the training thread's time per checkpoint (run.json ``timings.stall_s``), the part
 of it that copies the tensors' bytes (``timings.copy_s``: a cost per byte, not a fixed one),
@@ -12,7 +12,8 @@ budget was charged with (``checkpoint_policy.charged``).
 
 With ``--base REV`` the every-epoch recording also runs with flor at git revision REV (a
 temporary worktree on PYTHONPATH), ``--rounds`` times interleaved with this tree's, and the
-fixed costs are reported side by side (median of each round's median, and each round's ratio).
+fixed costs are reported side by side (median of each round's median, and each round's ratio),
+as are the epochs each checkpointed at the default budget (both runs, in every round).
 
     python benchmarks/checkpoint_fixed_cost.py [--epochs 6] [--long-epochs 30] [--base REV] [--rounds 3] [--quick]
 """
@@ -45,21 +46,24 @@ def main() -> None:
     long_epochs = 3 if opts.quick else opts.long_epochs
     base_tree = worktree(opts.base, tmp / "base") if opts.base else None
     rounds: list[dict] = []
+    budgets: list[dict] = []  # per round and tree: epochs checkpointed at the default budget
     try:  # every epoch, over the longer run: medians and means over more checkpoints than the first
         for i in range(opts.rounds if base_tree is not None else 1):
-            row = {}
+            row, counts = {}, {}
             for label, tree in ((("base", base_tree),) if base_tree is not None else ()) + (("this", None),):
                 extra = {"PYTHONPATH": str(tree)} if tree is not None else {}
                 name = f"every-{label}-{i}"
                 run([str(CNN), "--epochs", str(long_epochs), "--flor", name],
                     env(tmp / name, threads=1, FLOR_EVERY="1", **extra))
                 row[label] = run_meta(tmp / name, name)
+                for n, tag in ((epochs, "default"), (long_epochs, "long")):  # the default 1% budget
+                    name = f"{tag}-{label}-{i}"
+                    run([str(CNN), "--epochs", str(n), "--flor", name], env(tmp / name, threads=1, **extra))
+                    counts[f"{label}_{tag}"] = run_meta(tmp / name, name)
             rounds.append(row)
+            budgets.append(counts)
         every = rounds[-1]["this"]
-        run([str(CNN), "--epochs", str(epochs), "--flor", "default"], env(tmp / "default", threads=1))
-        default = run_meta(tmp / "default", "default")
-        run([str(CNN), "--epochs", str(long_epochs), "--flor", "long"], env(tmp / "long", threads=1))
-        long = run_meta(tmp / "long", "long")
+        default, long = budgets[-1]["this_default"], budgets[-1]["this_long"]
     finally:
         if base_tree is not None:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_tree)], capture_output=True)
@@ -79,6 +83,7 @@ def main() -> None:
         "median_epoch_s": median(blocks),
         "background_cpu_ms_per_checkpoint": every["background"]["cpu_s"] * 1e3 / max(n_ckpt, 1),
         "background_gil_ms_per_checkpoint": every["checkpoint_policy"]["gil_s"] * 1e3 / max(n_ckpt, 1),
+        "gil_waited_ms_per_checkpoint": every["checkpoint_policy"].get("gil_waited_s", 0.0) * 1e3 / max(n_ckpt, 1),
         "default_budget": {"checkpointed_epochs": policy["checkpointed_epochs"], "of": epochs,
                            "charged": policy["charged"], "stall_s": policy["stall_s"],
                            "background_share_s": policy["background_share_s"]},
@@ -94,12 +99,18 @@ def main() -> None:
             "median_fixed_ms": {k: median([r[k] for r in fixed_by_round]) for k in ("base", "this")},
             "ratio_by_round": [r["this"] / r["base"] for r in fixed_by_round],
             "gil_ratio_by_round": [r["this"] / r["base"] for r in gil_by_round],
+            "default_budget_by_round": [{k: len(m["checkpoint_policy"]["checkpointed_epochs"]) for k, m in c.items()}
+                                        for c in budgets],
         }
         print(table([[i, f"{r['base']:.3f}", f"{r['this']:.3f}", f"{r['this'] / r['base']:.2f}x",
                       f"{g['base']:.2f}", f"{g['this']:.2f}", f"{g['this'] / g['base']:.2f}x"]
                      for i, (r, g) in enumerate(zip(fixed_by_round, gil_by_round))],
                     ["round", f"fixed ms, base {opts.base}", "fixed ms, this tree", "ratio",
                      "writer GIL ms, base", "this tree", "ratio"]))
+        print(table([[i, f"{c['base_default']} / {c['this_default']} of {epochs}",
+                      f"{c['base_long']} / {c['this_long']} of {long_epochs}"]
+                     for i, c in enumerate(result["base"]["default_budget_by_round"])],
+                    ["round", f"default budget: base {opts.base} / this tree", "longer run"]))
     print(table([["training-thread time per checkpoint (median)", f"{result['median_stall_ms']:.2f} ms"],
                  ["... of it copying the tensors' bytes", f"{result['median_copy_ms']:.2f} ms"],
                  ["RNG capture at the block's start, per epoch", f"{result['median_start_ms']:.2f} ms"],
@@ -107,6 +118,8 @@ def main() -> None:
                  ["target (fixed cost)", f"<= {TARGET_MS} ms"],
                  ["background CPU per checkpoint", f"{result['background_cpu_ms_per_checkpoint']:.2f} ms"],
                  ["of it holding the GIL (not in system calls or hashing)", f"{result['background_gil_ms_per_checkpoint']:.2f} ms"],
+                 ["... of which training waited for (charged with a core idle)",
+                  f"{result['gil_waited_ms_per_checkpoint']:.2f} ms"],
                  ["epoch (median)", f"{result['median_epoch_s'] * 1e3:.0f} ms"],
                  ["default 1% budget checkpointed", f"{len(policy['checkpointed_epochs'])} of {epochs} epochs"],
                  ["... in a longer run", f"{len(result['default_budget_long']['checkpointed_epochs'])} of {long_epochs}"],

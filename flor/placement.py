@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 import uuid
 from typing import Any, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["IdleMeter", "cores", "distributed", "group_size", "new_replay_id", "parse_segment", "pid_alive", "record_rank",
+__all__ = ["IdleMeter", "OffCpu", "cores", "distributed", "group_size", "new_replay_id", "parse_segment", "pid_alive", "record_rank",
            "shared_replay_id", "worker_place"]
 
 
@@ -186,3 +187,41 @@ class IdleMeter:
             return None
         used = max(busy - busy0 - exclude_s, 0.0) / (wall - wall0)
         return min(max(cores() - used, 0.0), float(cores()))
+
+
+class OffCpu:
+    """How long one thread spent off its CPU between two readings (``mark``, ``since``), read
+    from any thread: wall time less the thread's CPU time. Off its CPU a thread waits for the
+    GIL, a lock, I/O or a core (preempted). Made on the thread to measure (the training
+    thread); ``since`` gives None where its CPU clock cannot be read (not Linux, the thread
+    gone).
+
+    >>> meter = OffCpu()
+    >>> mark = meter.mark()
+    >>> _ = sum(range(10 ** 5))  # on its CPU
+    >>> waited = meter.since(mark)
+    >>> waited is None or 0.0 <= waited < 1.0
+    True
+    """
+
+    def __init__(self) -> None:
+        try:
+            self.clock: int | None = time.pthread_getcpuclockid(threading.get_ident())
+        except (AttributeError, OSError):  # no per-thread CPU clocks here
+            self.clock = None
+
+    def mark(self) -> tuple[float, float] | None:
+        """(wall, the thread's CPU time) now; None where unknown."""
+        if self.clock is None:
+            return None
+        try:
+            return time.perf_counter(), time.clock_gettime(self.clock)
+        except OSError:  # the thread ended
+            return None
+
+    def since(self, mark: tuple[float, float] | None) -> float | None:
+        """Seconds the thread spent off its CPU since ``mark``; None where unknown."""
+        now = self.mark()
+        if mark is None or now is None:
+            return None
+        return max((now[0] - mark[0]) - (now[1] - mark[1]), 0.0)

@@ -11,7 +11,7 @@ __all__ = ["CHARGE_IDLE", "CHARGE_SHARED", "IDLE_CORE", "CheckpointPolicy", "cha
 
 #: what the budget is charged with, as run.json's ``checkpoint_policy.charged`` and the exit line say
 CHARGE_SHARED = "stall + writer CPU (cores shared)"
-CHARGE_IDLE = "stall + writer's GIL time (a core idle beside training)"
+CHARGE_IDLE = "stall + training's wait for the writer's GIL (a core idle beside training)"
 #: idle cores (on average since the last reading) that count as one the writer may use
 IDLE_CORE = 0.8
 
@@ -30,15 +30,17 @@ def charge_for(idle: float | None) -> str:
 class CheckpointPolicy:
     """Keep what checkpointing costs in wall time within ``overhead`` of training time.
 
-    What counts (``charge``): the training thread's stall, and the background writer's time
-    holding the GIL (its Python work, packing, the manifest: the training thread may wait for
-    it; not its system calls, nor hashing, which xxhash does with the GIL released), always; where
-    the writer shares the cores with training (every core was busy since the last checkpoint,
-    ``CHARGE_SHARED``: CPU training with a thread per core, a GPU run whose DataLoader workers
-    fill the cores, a busy node) all of the writer's CPU time. Where a core sat idle
-    (``CHARGE_IDLE``: a GPU run, CPU training with fewer threads than cores) the writer's I/O
-    runs there for free. Measured on the digits CNN, both charges are at or above what a
-    checkpoint lengthened its epoch by (flor.engine.checkpointing, ``_choose_charge``). The cost of
+    What counts (``charge``): always the training thread's stall. Where the writer shares the
+    cores with training (every core was busy since the last checkpoint, ``CHARGE_SHARED``: CPU
+    training with a thread per core, a GPU run whose DataLoader workers fill the cores, a busy
+    node), all of the writer's CPU time. Where a core sat idle (``CHARGE_IDLE``: a GPU run, CPU
+    training with fewer threads than cores), the writer's time holding the GIL (its Python
+    work, packing, the manifest; not its system calls, nor hashing, which xxhash does with the
+    GIL released), but no more than the training thread spent off its CPU while the writer
+    worked: a hold that found training inside torch's own code, which releases the GIL, cost
+    it nothing, and the writer's I/O runs on the idle core for free. Measured on the digits
+    CNN, both charges are at or above what a checkpoint lengthened its epoch by
+    (flor.engine.checkpointing, ``_choose_charge``). The cost of
     each block's last checkpoint is the estimate for its next one, and is measured again every
     time (model size, disk speed and contention change during a run). An epoch is checkpointed
     when the cost so far plus that estimate stays within budget; so an expensive checkpoint
@@ -58,6 +60,10 @@ class CheckpointPolicy:
     >>> p.observe("train", 0, stall=0.01); p.observe_background("train", 0.09)
     >>> p.due("train", 1, elapsed=10.0), p.due("train", 2, elapsed=30.0)
     (False, True)
+    >>> p = CheckpointPolicy(overhead=0.01, charge=CHARGE_IDLE)  # a core idle: the GIL training waited for
+    >>> p.observe("train", 0, stall=0.001); p.observe_background("train", 0.009, held=0.004, waited=0.001)
+    >>> round(p.charged_s, 6), p.describe()["gil_s"], p.describe()["gil_waited_s"]
+    (0.002, 0.004, 0.001)
     """
 
     overhead: float = 0.01
@@ -66,6 +72,7 @@ class CheckpointPolicy:
     stall_s: float = 0.0
     background_s: float = 0.0
     held_s: float = 0.0
+    waited_s: float = 0.0
     estimate: dict[str, float] = field(default_factory=dict)
     background: dict[str, float] = field(default_factory=dict)
     held: dict[str, float] = field(default_factory=dict)
@@ -95,16 +102,21 @@ class CheckpointPolicy:
         if epoch is not None and (not self.checkpointed or self.checkpointed[-1] != epoch):
             self.checkpointed.append(epoch)
 
-    def observe_background(self, block: str, seconds: float, held: float = 0.0, first: bool = False) -> None:
+    def observe_background(self, block: str, seconds: float, held: float = 0.0, first: bool = False,
+                           waited: float | None = None) -> None:
         """Account one checkpoint's background work (called from the writer): ``seconds``, the
         writer thread's CPU-seconds, charged while ``charge`` is ``CHARGE_SHARED``; ``held``,
-        those outside the write system calls (holding the GIL), charged while ``CHARGE_IDLE``.
-        Both reported (run.json ``checkpoint_policy.background_share_s``, ``gil_s``)."""
+        those outside the write system calls (holding the GIL), charged while ``CHARGE_IDLE``
+        up to ``waited``, the seconds the training thread spent off its CPU while the writer
+        worked (``flor.placement.OffCpu``; None where unknown: ``held``). Reported (run.json
+        ``checkpoint_policy.background_share_s``, ``gil_s``, ``gil_waited_s``)."""
+        charged = held if waited is None else min(held, waited)
         self.background_s += seconds
         self.held_s += held
+        self.waited_s += charged
         if not first:
             self.background[block] = seconds
-            self.held[block] = held
+            self.held[block] = charged
 
     @property
     def shared(self) -> bool:
@@ -114,7 +126,7 @@ class CheckpointPolicy:
     @property
     def charged_s(self) -> float:
         """The cost charged to the budget so far, in seconds."""
-        return self.stall_s + (self.background_s if self.shared else self.held_s)
+        return self.stall_s + (self.background_s if self.shared else self.waited_s)
 
     def summary(self, training_s: float, failed: frozenset = frozenset()) -> str:
         """The exit line: how many epochs were checkpointed, what that cost, and which rule
@@ -128,7 +140,7 @@ class CheckpointPolicy:
         ('checkpointed 1 of 1 epochs for 0.30% of training time', True)
         >>> p.charge = CHARGE_IDLE; p.every = 2
         >>> p.summary(10.0, failed=frozenset({0})).split(" (")[:2]
-        ['checkpointed 0 of 1 epochs for 0.10% of training time', "--flor_every 2, charged: stall + writer's GIL time"]
+        ['checkpointed 0 of 1 epochs for 0.10% of training time', "--flor_every 2, charged: stall + training's wait for the writer's GIL"]
         """
         done = len([e for e in self.checkpointed if e not in failed])
         rule = f"--flor_every {self.every}" if self.every is not None else f"--flor_overhead {self.overhead:.1%}"
@@ -143,5 +155,6 @@ class CheckpointPolicy:
             "overhead_budget": self.overhead, "charged": self.charge, "charged_s": round(self.charged_s, 6),
             "stall_s": round(self.stall_s, 6),
             "background_share_s": round(self.background_s, 6), "gil_s": round(self.held_s, 6),
+            "gil_waited_s": round(self.waited_s, 6),
             "checkpointed_epochs": self.checkpointed, "skipped_epochs": self.skipped,
         }

@@ -23,6 +23,7 @@ import os
 import random
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import types
@@ -36,7 +37,7 @@ from conftest import values
 from test_state import make_training, train_steps
 
 from flor.errors import CheckpointError
-from flor.placement import IdleMeter, cores
+from flor.placement import IdleMeter, OffCpu, cores
 from flor.policy import CHARGE_IDLE, CHARGE_SHARED, charge_for
 from flor.state import (
     PACK_ALL_BYTES, PACK_LEAF_BYTES, PackIndex, TreeCache, capture_rng, decode, diff_nodes, hash_and_pack, restore, restore_rng, snapshot,
@@ -779,6 +780,9 @@ def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner)
     assert policy["charged"] in (CHARGE_IDLE, CHARGE_SHARED)
     assert "flor: checkpointed 4 of 4 epochs" in proc.stderr and f"charged: {policy['charged']})" in proc.stderr
     assert 0 < policy["gil_s"] and policy["stall_s"] <= policy["charged_s"]
+    assert 0 <= policy["gil_waited_s"] <= policy["gil_s"]  # the GIL time charged: what training waited, at most
+    if policy["charged"] == CHARGE_IDLE:
+        assert policy["charged_s"] == pytest.approx(policy["stall_s"] + policy["gil_waited_s"], abs=1e-5)
     # each stall with the part of it that copied bytes; each epoch's RNG capture at step_into
     timings = meta["timings"]
     assert len(timings["copy_s"]) == len(timings["stall_s"]) == 4 and len(timings["start_s"]) == 4
@@ -920,6 +924,85 @@ def test_with_every_core_busy_the_writers_cpu_is_charged(runner):
     policy = json.loads(next((runner.home / "busy" / "runs").glob("*/run.json")).read_text())["checkpoint_policy"]
     assert policy["charged"] == CHARGE_SHARED and f"charged: {CHARGE_SHARED})" in proc.stderr
     assert policy["charged_s"] == pytest.approx(policy["stall_s"] + policy["background_share_s"], abs=1e-5)
+
+
+def test_off_cpu_is_the_wait_for_the_gil_not_the_writers_hold():
+    """``OffCpu``, read from another thread, gives the time the measured thread spent off its
+    CPU: a Python loop beside a thread that spins in Python waits for the GIL about half the
+    time; beside the same spin while it hashes (xxhash releases the GIL) it waits for nothing,
+    though the spinning thread held the GIL as long. The policy charges the writer's GIL time
+    only up to that wait (tried a few times: a busy machine may preempt either thread)."""
+    meter = OffCpu()
+    assert meter.clock is not None  # Linux: per-thread CPU clocks
+
+    def waited_share(work) -> float:
+        """Of the time a thread spinning in Python ran beside ``work``, the share this thread
+        spent off its CPU."""
+        out: list = []
+        started, stop = threading.Event(), threading.Event()
+
+        def spin() -> None:
+            mark, t0 = meter.mark(), time.perf_counter()
+            started.set()
+            while not stop.is_set():
+                pass
+            out.append(meter.since(mark) / (time.perf_counter() - t0))
+
+        thread = threading.Thread(target=spin)
+        thread.start()
+        started.wait()
+        work()
+        stop.set()
+        thread.join()
+        return out[0]
+
+    def python_loop() -> None:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.3:
+            sum(range(1000))
+
+    data = memoryview(bytes(2 << 30))
+    for _ in range(5):
+        beside_python = waited_share(python_loop)
+        beside_hash = waited_share(lambda: hash_bytes(data))  # one call: ~0.2 s without the GIL
+        if beside_python > 0.25 and beside_hash < 0.15:
+            break
+    else:
+        pytest.fail(f"off the CPU: {beside_python:.0%} of the time beside a spinning thread (expected ~50%), "
+                    f"{beside_hash:.0%} while hashing without the GIL (expected ~0)")
+
+
+def test_the_writers_gil_time_is_charged_only_as_far_as_training_waited_for_it(runner):
+    """A block that spends its time in one long torch operation (the GIL released) loses
+    nothing to the writer's Python work on the idle core: run.json's ``gil_waited_s``, what
+    the budget is charged where a core is idle, stays well below ``gil_s``. Before, the whole
+    GIL time was charged. (Up to three recordings: a busy machine may preempt training.)"""
+    script = runner.cwd / "matmul.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import flor
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        net = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(12)])
+        opt = torch.optim.Adam(net.parameters())
+        a = torch.randn(900, 900)
+        for epoch in flor.it(range(6)):
+            if flor.SkipBlock.step_into("train"):
+                a = torch.mm(a, torch.mm(a, a)).clamp_(-1, 1)  # ~0.1 s of torch's own code, without the GIL
+                net(torch.randn(8, 64)).sum().backward()
+                opt.step()
+            net, opt = flor.SkipBlock.end(net, opt)
+    """))
+    for attempt in range(3):
+        name = f"mm{attempt}"
+        runner.run(script, "--flor", name, env=runner.env(FLOR_EVERY="1"))
+        policy = json.loads(next((runner.home / name / "runs").glob("*/run.json")).read_text())["checkpoint_policy"]
+        assert len(policy["checkpointed_epochs"]) == 6 and 0 <= policy["gil_waited_s"] <= policy["gil_s"]
+        if policy["gil_waited_s"] < 0.6 * policy["gil_s"]:
+            break
+    else:
+        pytest.fail(f"charged {policy['gil_waited_s'] * 1e3:.2f} ms of the writer's {policy['gil_s'] * 1e3:.2f} ms "
+                    "of GIL time, though training ran torch's own code without the GIL meanwhile")
 
 
 def _o_direct_works(folder: Path) -> bool:

@@ -4,9 +4,11 @@ the background writer, and what the budget is charged with (``Checkpointing``, a
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
+from ..placement import OffCpu
 from ..policy import charge_for
 from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, same_rng, snapshot,
                      snapshot_rng)  # here, not per checkpoint: an import statement costs ~10 us with cold caches
@@ -43,9 +45,13 @@ class Checkpointing:
         snap_s = time.perf_counter() - t0
         nbytes = objects.nbytes + RNG_BYTES
         self.snapshot_bytes[name] = nbytes
+        trainer = self.off_cpu.get(threading.get_ident())  # this (training) thread's wait, read from the writer
+        if trainer is None:
+            trainer = self.off_cpu[threading.get_ident()] = OffCpu()
 
         def job() -> None:
             cpu0 = time.thread_time()
+            mark = trainer.mark()
             self._choose_charge()  # here, not in the stall
             parts = [objects]
             nogil: list[float] = []  # the hashing's CPU time: with the GIL released
@@ -86,7 +92,8 @@ class Checkpointing:
             self.background_cpu_s += cpu
             self.bytes_written += new_bytes
             held = max(cpu - io_s - sum(nogil), 0.0)  # outside the system calls and the hashing: holding the GIL
-            self.policy.observe_background(name, cpu, held=held, first=first)  # charged per policy.charge
+            waited = trainer.since(mark)  # of which training can have waited for at most this
+            self.policy.observe_background(name, cpu, held=held, first=first, waited=waited)  # per policy.charge
 
         if not self.writer.try_submit(job, nbytes, lambda exc: self._failed(name, epoch, exc), label=(name, epoch)):
             self._skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
