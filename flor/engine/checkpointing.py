@@ -107,7 +107,8 @@ class Checkpointing:
         """What the budget is charged with (``flor.policy``), for the checkpoints to come; on the
         writer thread. Where a core sat idle since the last checkpoint (training on a GPU, or on
         the CPU with fewer threads than cores) the writer's I/O runs there for free and only its
-        Python work, which holds the GIL the training thread needs, is charged; where training
+        Python work, which holds the GIL the training thread needs, is charged, as far as the
+        training thread waited meanwhile (``flor.placement.OffCpu``); where training
         (or other work on the node) kept every core busy, all of the writer's CPU time is.
 
         Measured on the digits CNN (2 cores, 60 epochs checkpointed at every other one, a
