@@ -57,11 +57,12 @@ class CheckpointPolicy:
     >>> p.due("train", 1, elapsed=20.0), p.due("train", 9, elapsed=110.0)
     (False, True)
     >>> p = CheckpointPolicy(overhead=0.01)           # CPU training: the writer's share counts
-    >>> p.observe("train", 0, stall=0.01); p.observe_background("train", 0.09)
+    >>> p.observe("train", 0, stall=0.01); _ = p.observe_background("train", 0.09)
     >>> p.due("train", 1, elapsed=10.0), p.due("train", 2, elapsed=30.0)
     (False, True)
     >>> p = CheckpointPolicy(overhead=0.01, charge=CHARGE_IDLE)  # a core idle: the GIL training waited for
     >>> p.observe("train", 0, stall=0.001); p.observe_background("train", 0.009, held=0.004, waited=0.001)
+    0.001
     >>> round(p.charged_s, 6), p.describe()["gil_s"], p.describe()["gil_waited_s"]
     (0.002, 0.004, 0.001)
     """
@@ -103,13 +104,14 @@ class CheckpointPolicy:
             self.checkpointed.append(epoch)
 
     def observe_background(self, block: str, seconds: float, held: float = 0.0, first: bool = False,
-                           waited: float | None = None) -> None:
+                           waited: float | None = None) -> float:
         """Account one checkpoint's background work (called from the writer): ``seconds``, the
         writer thread's CPU-seconds, charged while ``charge`` is ``CHARGE_SHARED``; ``held``,
         those outside the write system calls (holding the GIL), charged while ``CHARGE_IDLE``
         up to ``waited``, the seconds the training thread spent off its CPU while the writer
         worked (``flor.placement.OffCpu``; None where unknown: ``held``). Reported (run.json
-        ``checkpoint_policy.background_share_s``, ``gil_s``, ``gil_waited_s``)."""
+        ``checkpoint_policy.background_share_s``, ``gil_s``, ``gil_waited_s``). Returns the GIL
+        time charged (while ``CHARGE_IDLE``)."""
         charged = held if waited is None else min(held, waited)
         self.background_s += seconds
         self.held_s += held
@@ -117,6 +119,7 @@ class CheckpointPolicy:
         if not first:
             self.background[block] = seconds
             self.held[block] = charged
+        return charged
 
     @property
     def shared(self) -> bool:
@@ -134,7 +137,7 @@ class CheckpointPolicy:
         do not count as checkpointed.
 
         >>> p = CheckpointPolicy(overhead=0.01)
-        >>> p.observe("train", 0, stall=0.01); p.observe_background("train", 0.02)
+        >>> p.observe("train", 0, stall=0.01); _ = p.observe_background("train", 0.02)
         >>> line = p.summary(10.0)
         >>> line.split(" (")[0], "(--flor_overhead 1.0%, charged: stall + writer CPU (cores shared))" in line
         ('checkpointed 1 of 1 epochs for 0.30% of training time', True)

@@ -52,6 +52,18 @@ def test_an_idle_core_charges_the_stall_and_the_writers_gil_time():
     assert schedule(CHARGE_IDLE, epoch_s=1.0, stall=0.005, background=0.5, held=0.01) != list(range(20))
 
 
+def test_with_a_core_idle_the_gil_time_is_charged_as_far_as_training_waited_for_it():
+    p = CheckpointPolicy(overhead=0.01, charge=CHARGE_IDLE)
+    assert p.observe_background("train", 0.05, held=0.004, waited=0.001, first=True) == 0.001  # inside torch's code
+    assert p.observe_background("train", 0.05, held=0.004, waited=None) == 0.004  # no thread clock: all of it
+    assert p.observe_background("train", 0.05, held=0.002, waited=0.009) == 0.002  # waited on more than the writer
+    d = p.describe()
+    assert d["gil_s"] == 0.010 and d["gil_waited_s"] == 0.007 and d["charged_s"] == 0.007
+    assert p.held["train"] == 0.002  # the last charge is the estimate for the next checkpoint
+    p.charge = CHARGE_SHARED  # every core busy: all of the writer's CPU, whatever training waited
+    assert p.describe()["charged_s"] == 0.15
+
+
 def test_describe_says_what_was_charged():
     p = CheckpointPolicy()
     p.observe("train", 0, stall=0.25)

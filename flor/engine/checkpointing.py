@@ -93,7 +93,10 @@ class Checkpointing:
             self.bytes_written += new_bytes
             held = max(cpu - io_s - sum(nogil), 0.0)  # outside the system calls and the hashing: holding the GIL
             waited = trainer.since(mark)  # of which training can have waited for at most this
-            self.policy.observe_background(name, cpu, held=held, first=first, waited=waited)  # per policy.charge
+            charged = self.policy.observe_background(name, cpu, held=held, first=first, waited=waited)
+            with self._meta_lock:  # per checkpoint, in the order written: the GIL time and what training waited of it
+                self.meta.timings.setdefault("gil_s", []).append(round(held, 6))
+                self.meta.timings.setdefault("gil_waited_s", []).append(round(charged, 6))
 
         if not self.writer.try_submit(job, nbytes, lambda exc: self._failed(name, epoch, exc), label=(name, epoch)):
             self._skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
