@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["IdleMeter", "OffCpu", "cores", "distributed", "group_size", "new_replay_id", "parse_segment", "pid_alive", "record_rank",
-           "shared_replay_id", "worker_place"]
+__all__ = ["IdleMeter", "OffCpu", "cores", "distributed", "group_size", "new_replay_id", "parse_segment", "pid_alive",
+           "record_rank", "shared_replay_id", "worker_place"]
 
 
 def parse_segment(text: str, origin: str) -> tuple[int, int]:

@@ -4,7 +4,6 @@ the background writer, and what the budget is charged with (``Checkpointing``, a
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -45,9 +44,9 @@ class Checkpointing:
         snap_s = time.perf_counter() - t0
         nbytes = objects.nbytes + RNG_BYTES
         self.snapshot_bytes[name] = nbytes
-        trainer = self.off_cpu.get(threading.get_ident())  # this (training) thread's wait, read from the writer
+        trainer = getattr(self.off_cpu, "meter", None)  # this (training) thread's time off its CPU, read by the writer
         if trainer is None:
-            trainer = self.off_cpu[threading.get_ident()] = OffCpu()
+            trainer = self.off_cpu.meter = OffCpu()
 
         def job() -> None:
             cpu0 = time.thread_time()

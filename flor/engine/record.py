@@ -14,7 +14,7 @@ from .ddp import RankLink
 from ..logs import LogWriter
 from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
-from ..placement import IdleMeter, OffCpu
+from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
 from .outer import LoopFrame, OuterStateWriter, left_normally
@@ -87,7 +87,7 @@ class RecordSession(Checkpointing, Session):
         self.background_seen = 0.0  # background_cpu_s at the last idle-core reading
         self.idle_meter = IdleMeter()  # restarted when the loop starts
         self.charge_read = False  # whether the writer has chosen the charge (flor.policy) yet
-        self.off_cpu: dict[int, OffCpu] = {}  # per training thread: its time off the CPU while the writer works
+        self.off_cpu = threading.local()  # .meter: each training thread's OffCpu (a new thread, a new clock)
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
         self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
