@@ -190,11 +190,12 @@ class IdleMeter:
 
 
 class OffCpu:
-    """How long one thread spent off its CPU between two readings (``mark``, ``since``), read
-    from any thread: wall time less the thread's CPU time. Off its CPU a thread waits for the
-    GIL, a lock, I/O or a core (preempted). Made on the thread to measure (the training
-    thread); ``since`` gives None where its CPU clock cannot be read (not Linux, the thread
-    gone).
+    """How long one thread spent waiting (for the GIL, a lock, I/O) between two readings
+    (``mark``, ``since``), read from any thread: wall time less the thread's CPU time and less
+    its time in a run queue (``/proc/self/task/TID/schedstat``), so a thread that other work
+    kept from a core does not count as waiting; where schedstat is missing, a preempted
+    thread counts too. Made on the thread to measure (the training thread); ``since`` gives
+    None where its CPU clock cannot be read (not Linux, the thread gone).
 
     >>> meter = OffCpu()
     >>> mark = meter.mark()
@@ -209,18 +210,31 @@ class OffCpu:
             self.clock: int | None = time.pthread_getcpuclockid(threading.get_ident())
         except (AttributeError, OSError):  # no per-thread CPU clocks here
             self.clock = None
+        self.schedstat: str | None = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+        if self._queued() is None:
+            self.schedstat = None
+
+    def _queued(self) -> float | None:
+        """Seconds the thread has waited in a run queue (for a core), from schedstat."""
+        if self.schedstat is None:
+            return None
+        try:
+            with open(self.schedstat, "rb") as fh:
+                return int(fh.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return None
 
     def mark(self) -> tuple[float, float] | None:
-        """(wall, the thread's CPU time) now; None where unknown."""
+        """(wall, the thread's CPU time plus its time in a run queue) now; None where unknown."""
         if self.clock is None:
             return None
         try:
-            return time.perf_counter(), time.clock_gettime(self.clock)
+            return time.perf_counter(), time.clock_gettime(self.clock) + (self._queued() or 0.0)
         except OSError:  # the thread ended
             return None
 
     def since(self, mark: tuple[float, float] | None) -> float | None:
-        """Seconds the thread spent off its CPU since ``mark``; None where unknown."""
+        """Seconds the thread spent waiting since ``mark``; None where unknown."""
         now = self.mark()
         if mark is None or now is None:
             return None

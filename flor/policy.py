@@ -36,7 +36,7 @@ class CheckpointPolicy:
     node), all of the writer's CPU time. Where a core sat idle (``CHARGE_IDLE``: a GPU run, CPU
     training with fewer threads than cores), the writer's time holding the GIL (its Python
     work, packing, the manifest; not its system calls, nor hashing, which xxhash does with the
-    GIL released), but no more than the training thread spent off its CPU while the writer
+    GIL released), but no more than the training thread spent waiting while the writer
     worked: a hold that found training inside torch's own code, which releases the GIL, cost
     it nothing, and the writer's I/O runs on the idle core for free. Measured on the digits
     CNN, both charges are at or above what a checkpoint lengthened its epoch by
@@ -108,7 +108,7 @@ class CheckpointPolicy:
         """Account one checkpoint's background work (called from the writer): ``seconds``, the
         writer thread's CPU-seconds, charged while ``charge`` is ``CHARGE_SHARED``; ``held``,
         those outside the write system calls (holding the GIL), charged while ``CHARGE_IDLE``
-        up to ``waited``, the seconds the training thread spent off its CPU while the writer
+        up to ``waited``, the seconds the training thread spent waiting (not for a core) while the writer
         worked (``flor.placement.OffCpu``; None where unknown: ``held``). Reported (run.json
         ``checkpoint_policy.background_share_s``, ``gil_s``, ``gil_waited_s``). Returns the GIL
         time charged (while ``CHARGE_IDLE``)."""

@@ -44,7 +44,7 @@ class Checkpointing:
         snap_s = time.perf_counter() - t0
         nbytes = objects.nbytes + RNG_BYTES
         self.snapshot_bytes[name] = nbytes
-        trainer = getattr(self.off_cpu, "meter", None)  # this (training) thread's time off its CPU, read by the writer
+        trainer = getattr(self.off_cpu, "meter", None)  # this (training) thread's waits, read by the writer
         if trainer is None:
             trainer = self.off_cpu.meter = OffCpu()
 
