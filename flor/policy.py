@@ -72,11 +72,11 @@ class CheckpointPolicy:
     charge: str = CHARGE_SHARED
     stall_s: float = 0.0
     background_s: float = 0.0
-    held_s: float = 0.0
-    waited_s: float = 0.0
+    held_s: float = 0.0  # the writer's GIL time (run.json gil_s)
+    waited_s: float = 0.0  # of it, what is charged: as far as training waited (gil_waited_s)
     estimate: dict[str, float] = field(default_factory=dict)
     background: dict[str, float] = field(default_factory=dict)
-    held: dict[str, float] = field(default_factory=dict)
+    held: dict[str, float] = field(default_factory=dict)  # per block: the GIL time its last checkpoint was charged
     checkpointed: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
 
@@ -108,8 +108,8 @@ class CheckpointPolicy:
         """Account one checkpoint's background work (called from the writer): ``seconds``, the
         writer thread's CPU-seconds, charged while ``charge`` is ``CHARGE_SHARED``; ``held``,
         those outside the write system calls (holding the GIL), charged while ``CHARGE_IDLE``
-        up to ``waited``, the seconds the training thread spent waiting (not for a core) while the writer
-        worked (``flor.placement.OffCpu``; None where unknown: ``held``). Reported (run.json
+        up to ``waited``, the seconds the training thread spent waiting (not for a core) while
+        the writer worked (``flor.placement.OffCpu``; None where unknown: ``held``). Reported (run.json
         ``checkpoint_policy.background_share_s``, ``gil_s``, ``gil_waited_s``). Returns the GIL
         time charged (while ``CHARGE_IDLE``)."""
         charged = held if waited is None else min(held, waited)

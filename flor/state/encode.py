@@ -183,9 +183,10 @@ class _Encoder:
         if isinstance(obj, np.random.BitGenerator) and type(obj).__name__ in NP_BITGENS:
             return {"t": "npbitgen", "cls": type(obj).__name__, "v": self.encode(obj.state, path)}
         if type(obj) is deque:
-            return {"t": "deque", "maxlen": obj.maxlen, "v": [self.encode(x, f"{path}[{i}]") for i, x in enumerate(obj)]}
-        if type(obj) is defaultdict and _factory_name(obj.default_factory) in DEFAULT_FACTORIES:
-            return {"t": "defaultdict", "factory": _factory_name(obj.default_factory), **self._pairs(obj, path)}
+            items = [self.encode(x, f"{path}[{i}]") for i, x in enumerate(obj)]
+            return {"t": "deque", "maxlen": obj.maxlen, "v": items}
+        if type(obj) is defaultdict and (factory := _factory_name(obj.default_factory)) in DEFAULT_FACTORIES:
+            return {"t": "defaultdict", "factory": factory, **self._pairs(obj, path)}
         if type(obj) in (set, frozenset):
             items = sorted(obj, key=sort_key)
             return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}{{}}") for x in items]}
