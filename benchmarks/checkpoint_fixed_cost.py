@@ -69,7 +69,7 @@ def main() -> None:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_tree)], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
     stalls = every["timings"]["stall_s"]
-    copies = every["timings"]["copy_s"]  # of each stall: the tensor copies (0 for the first, fully encoded)
+    copies = every["timings"]["copy_s"]  # of each stall: the tensor copies
     starts = every["timings"]["start_s"]  # each epoch's RNG capture at step_into
     fixed = [s - c + r for s, c, r in zip(stalls[1:], copies[1:], starts[1:])]
     blocks = every["timings"]["blocks"]["training_loop"]

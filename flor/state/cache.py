@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
     With ``direct``, a module, optimizer or LR scheduler whose ``state_dict`` is torch's own,
     with no hooks, is walked in place (``_module``, ``_optimizer``, ``_scheduler``): the same
     walk as over its ``state_dict()``, without building one (a third of the snapshot's fixed
-    cost for the digits CNN; ``TreeCache.learn`` checks the two agree)."""
+    cost for the digits CNN; ``TreeCache.first`` checks it against the full encoding)."""
     t = type(obj)
     if t in _PRIMITIVE_SET:
         sig.append(t)
@@ -438,6 +438,42 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
     raise _NotTemplate(kind)
 
 
+def _values(node: Any, out: list) -> None:
+    """The plain values of a tree, in the order ``_build`` takes them (``_build(node,
+    iter(out))`` makes the tree again)."""
+    if not isinstance(node, dict):
+        out.append(node)
+        return
+    kind = node["t"]
+    if kind == "tensor" or kind == "ndarray":
+        return
+    if kind in ("list", "tuple", "deque"):
+        if _plain_node(node):
+            out.append(node["v"])
+        else:
+            for x in node["v"]:
+                _values(x, out)
+        return
+    if kind in ("dict", "odict"):
+        if kind == "dict" and node["k"] and all(type(k) is int for k in node["k"]) \
+                and all(type(v) is not dict for v in node["v"]):
+            out.append(node["k"])
+            out.append(node["v"])
+            return
+        for x in node["v"]:
+            _values(x, out)
+        if "meta" in node:
+            _values(node["meta"], out)
+        return
+    if kind == "npscalar":
+        out.append(node["v"])
+        return
+    if kind in ("stateful", "generator", "object", "dataclass", "pyrandom", "npgenerator", "nprandomstate"):
+        _values(node["v"], out)
+        return
+    raise _NotTemplate(kind)
+
+
 class _NotTemplate(Exception):
     pass
 
@@ -538,39 +574,57 @@ class TreeCache:
         self._learned: tuple[Any, list] | None = None  # a template just learned, with its snapshot's plain values
         self._model: list[torch.Tensor] = []  # the first buffer set of the template learned last
 
-    def learn(self, objs: Any, pending: Pending) -> None:
-        """Keep the tree ``pending`` encoded in full as the template, if the fast walk agrees with it."""
+    def first(self, objs: Any, encode: Callable[[Any], Pending]) -> Pending | None:
+        """A snapshot that learns the template: the block's first, or its first since its
+        structure changed. None where the block stays on the full encoding (``off``).
+
+        The fast walk, its copies, and the checks that it found what the full encoding finds:
+        ``encode(objs)`` is that encoding without copies (its tree, and the tensors it read,
+        in place), and the walk must have read the same tensors in the same order, the same
+        dicts' keys, and the same values (as text, against the tree built from the template).
+        The in-place walk (``direct``) is checked this way; where it disagrees, the walk over
+        each ``state_dict()`` is. The snapshot's tree is the encoding's, its leaves the walk's
+        copies, which become the block's first buffer set.
+
+        (It used to be the full encoding with copies, then the fast walk twice, in place and
+        over each state_dict, and the template check: ~5 ms for the digits CNN after its first
+        epoch, against a 1% budget of ~2 ms an epoch, so the next epoch or two went without a
+        checkpoint. Now ~2 ms; issue #13.)"""
+        if self.off:
+            return None
         sig: list = []
         vals: list = []
         tensors: list = []
-        if self.off or not _flatten(objs, sig, vals, tensors, direct=self.direct) \
-                or len(tensors) != len(pending.tensors) or pending.raw:
+        if not _flatten(objs, sig, vals, tensors, direct=self.direct):
+            self.off = True  # something the walk does not know: the full encoding, always
+            return None
+        live = encode(objs)
+        if live.raw:  # bytes or a pickle: leaves the walk does not copy
             self.off = True
-            return
-        if self.direct and not _walks_agree(objs, sig, vals, tensors):
+            return None
+        while not _agrees(live, sig, vals, tensors):
+            if not self.direct:
+                self.off = True  # a walk that differs from the encoder's: always encode in full
+                return None
             self.direct = False  # a module or optimizer torch's walk sees otherwise: walk its state_dict()
             sig, vals, tensors = [], [], []
-            if not _flatten(objs, sig, vals, tensors, direct=False) or len(tensors) != len(pending.tensors):
+            if not _flatten(objs, sig, vals, tensors, direct=False):
                 self.off = True
-                return
-        try:
-            nodes: list[dict] = []
-            rebuilt = _build(pending.tree, iter(vals), nodes)
-        except (_NotTemplate, StopIteration, KeyError, TypeError):
-            self.off = True
-            return
-        if canonical_json(rebuilt) != canonical_json(pending.tree):  # (as text: NaN and infinities compare)
-            self.off = True  # a walk that differs from the encoder's: always encode in full
-            return
-        dsts = _BufferSet(d for _, d in pending.tensors)  # this snapshot's copies: the block's first buffer set
-        self._model = list(dsts)  # what a spare set is made like (``top_up``); set before the signature
-        self.sig, self.template = sig, pending.tree
-        self._learned = (pending.tree, vals)  # for ``prime``
-        self.nbytes = dsts.nbytes
-        if all(d.device.type == "cpu" and d.is_contiguous() for d in dsts):
-            self.sets = 1
-            pending.pool, pending.buffers = None, []
-            pending.on_release = lambda: self._give(dsts, sig)
+                return None
+        dsts = _BufferSet(_fresh_like(tensors))
+        t0 = time.perf_counter()
+        if tensors:
+            with torch.no_grad():
+                torch._foreach_copy_(dsts, tensors)
+        copy_s = time.perf_counter() - t0
+        with self._lock:
+            self._free.clear()
+            self._model = list(dsts)  # what a spare set is made like (``top_up``); set before the signature
+            self.sets, self.nbytes = 1, dsts.nbytes
+            self.template, self.sig = live.tree, sig
+        self._learned = (live.tree, vals)  # for ``prime``
+        return Pending(tree=live.tree, tensors=[(node, d) for (node, _), d in zip(live.tensors, dsts)],
+                       buffer_set=dsts, on_release=lambda: self._give(dsts, sig), copy_s=copy_s)
 
     def snapshot(self, objs: Any) -> Pending | None:
         """The fast path (None: take the full one)."""
@@ -649,23 +703,59 @@ class TreeCache:
         self._give(spare, sig)
 
 
-def _walks_agree(objs: Any, sig: list, vals: list, tensors: list) -> bool:
-    """Whether the in-place walk (``direct``) found what the walk over each ``state_dict()``
-    finds: the same structure, plain values and tensors (the same memory; a generator's state
-    and a NumPy array, which a generator's state makes afresh at each read, the same bytes),
-    in the same order."""
-    sig2: list = []
-    vals2: list = []
-    tensors2: list = []
-    if not _flatten(objs, sig2, vals2, tensors2, direct=False) or sig2 != sig or vals2 != vals \
-            or len(tensors2) != len(tensors):
-        return False  # (the signatures hold every value's type)
-    states = [type(prev) is tuple and (prev[0] is _Generator or prev[0] is _NDARRAY)  # generator states, arrays
+def _agrees(live: Pending, sig: list, vals: list, tensors: list) -> bool:
+    """Whether a walk (``sig``, ``vals``, ``tensors``) found what the encoding ``live`` (its
+    tree, and the tensors it read, uncopied) did: the same tensors (the same memory, dtype,
+    shape and strides; a generator's state and a NumPy array, which a generator's state makes
+    afresh at each read, the same bytes) in the same order, the same dicts with the same keys
+    in the same order, and the same plain values, in ``_build``'s order, as text (NaN and
+    infinities compare; 1, 1.0 and True do not)."""
+    if len(tensors) != len(live.tensors):
+        return False
+    states = [type(prev) is tuple and (prev[0] is _Generator or prev[0] is _NDARRAY)
               for prev, entry in zip([None, *sig], sig)
               if type(entry) is tuple and (entry[0] is _Tensor or entry[0] is _Parameter)]
-    return len(states) == len(tensors) and all(
-        (a.data_ptr() == b.data_ptr() and a.stride() == b.stride()) or (state and torch.equal(a, b))
-        for a, b, state in zip(tensors, tensors2, states))
+    if len(states) != len(tensors):
+        return False
+    for a, (_, b), state in zip(tensors, live.tensors, states):
+        if b is None or a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if not ((a.data_ptr() == b.data_ptr() and a.stride() == b.stride()) or (state and torch.equal(a, b))):
+            return False
+    keys: list = []
+    _dict_keys(live.tree, keys)
+    if keys != [entry[:3] for entry in sig if type(entry) is tuple and len(entry) == 4
+                and (entry[0] is dict or entry[0] is OrderedDict)]:
+        return False
+    found: list = []
+    try:
+        _values(live.tree, found)
+    except (_NotTemplate, KeyError, TypeError):
+        return False
+    return len(found) == len(vals) and canonical_json(found) == canonical_json(vals)
+
+
+def _dict_keys(node: Any, out: list) -> None:
+    """Each dict node of a tree, in ``_flatten``'s order, as its signature entry begins (type,
+    keys, the keys' types); those ``_build`` takes as one value (``_epoch_dict``) left out."""
+    if type(node) is not dict:
+        return
+    kind = node.get("t")
+    if kind == "dict" or kind == "odict":
+        k = node["k"]
+        if kind == "dict" and k and all(type(x) is int for x in k) and all(type(v) is not dict for v in node["v"]):
+            return
+        out.append((OrderedDict if kind == "odict" else dict, tuple(k), tuple(map(type, k))))
+        for v in node["v"]:
+            _dict_keys(v, out)
+        if "meta" in node:
+            _dict_keys(node["meta"], out)
+    elif kind in ("list", "tuple", "deque"):
+        if not _plain_node(node):
+            for v in node["v"]:
+                _dict_keys(v, out)
+    elif type(node.get("v")) is dict:
+        _dict_keys(node["v"], out)
 
 
 #: touching a buffer this large is timed for ``TreeCache.top_up``'s ``nogil`` (its page faults)

@@ -15,8 +15,8 @@ import torch
 from ..errors import StateError, warn
 from ..leaves import encode_leaf, sort_key
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
-from .cache import TreeCache
-from .nodes import _PRIMITIVES, _dataclass_attrs, _qualname
+from .cache import TreeCache, _array_bytes
+from .nodes import _PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _qualname
 from .pending import BufferPool, Pending, _is_plain_tensor
 from .rng import NumpyRaw, settled
 
@@ -24,12 +24,15 @@ __all__ = ["snapshot", "snapshot_rng"]
 
 
 _PICKLED_TYPES: set[str] = set()  # warned about once each
+_TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
+_DTYPE_NAMES: dict[torch.dtype, str] = {}  # "float32" for torch.float32
 
 
 class _Encoder:
-    def __init__(self, copy: bool, pool: BufferPool | None = None) -> None:
+    def __init__(self, copy: bool, pool: BufferPool | None = None, tree_only: bool = False) -> None:
         self.copy = copy  # False when hashing in place (verification), True for a snapshot
         self.pool = pool
+        self.tree_only = tree_only  # the tree, with the tensors as read (not copied, nor made contiguous)
         self.pending = Pending(tree=None, pool=pool)
         self._active: set[int] = set()
         self._stream: Any = None
@@ -55,15 +58,23 @@ class _Encoder:
     def tensor(self, t: torch.Tensor, path: str) -> dict:
         if not _is_plain_tensor(t):
             return self.pickled(t, path)
-        node = {
-            "t": "tensor", "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-            "device": str(t.device), "rg": bool(t.requires_grad),
-        }
+        dtype = t.dtype
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:
+            name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+        node = {"t": "tensor", "dtype": name, "shape": list(t.shape), "device": "cpu" if t.is_cpu else str(t.device),
+                "rg": bool(t.requires_grad)}
+        if self.tree_only and not (t.is_conj() or t.is_neg()):
+            self.pending.tensors.append((node, t))  # as read: the fast walk's tensor, the same memory
+            return node
         data = t.detach()
         if data.is_conj():
             data = data.resolve_conj()
         if data.is_neg():
             data = data.resolve_neg()
+        if self.tree_only:
+            self.pending.tensors.append((node, data))  # (resolved: not the walk's, which takes no such tensor)
+            return node
         cuda = data.device.type == "cuda"
         if self.copy and self.pool is not None and (cuda or data.device.type == "cpu"):
             nbytes = data.numel() * data.element_size()
@@ -110,8 +121,11 @@ class _Encoder:
         return node
 
     def encode(self, obj: Any, path: str) -> Any:
-        if type(obj) in _PRIMITIVES:
+        t = type(obj)
+        if t in _PRIMITIVE_SET:
             return obj
+        if t is _TENSOR or t is _PARAMETER:  # (no leaf, nor a container: the common case first)
+            return self.tensor(obj, path)
         leaf = encode_leaf(obj)  # before the primitives: an IntEnum is an int, but keeps its type
         if leaf is not None:
             return leaf
@@ -132,6 +146,9 @@ class _Encoder:
                     or obj.dtype.subdtype is not None:
                 return self.pickled(obj, path)  # objects, a structured or void array: what a reader refuses
             node = {"t": "ndarray", "dtype": obj.dtype.str, "shape": list(obj.shape)}
+            if self.tree_only:  # its bytes as the fast walk reads them (None where it does not)
+                self.pending.tensors.append((node, _array_bytes(obj)))
+                return node
             data = np.ascontiguousarray(obj).copy()
             if not obj.size:
                 self.pending.tensors.append((node, torch.empty(0, dtype=torch.uint8)))
@@ -158,8 +175,9 @@ class _Encoder:
 
     def _pairs(self, obj: dict, path: str) -> dict:
         """A mapping node's ``"k"`` and ``"v"``."""
-        return {"k": [self.encode(k, f"{path}.<key>") for k in obj],
-                "v": [self.encode(v, f"{path}.{k}") for k, v in obj.items()]}
+        plain = _PRIMITIVE_SET  # (a primitive stands for itself: no call, no path)
+        return {"k": [k if type(k) in plain else self.encode(k, f"{path}.<key>") for k in obj],
+                "v": [v if type(v) in plain else self.encode(v, f"{path}.{k}") for k, v in obj.items()]}
 
     def _encode_container(self, obj: Any, path: str) -> Any:
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
@@ -232,18 +250,25 @@ def snapshot(objs: Any, *, copy: bool = True, path: str = "", pool: BufferPool |
              cache: TreeCache | None = None) -> Pending:
     """Encode ``objs``; with ``copy`` every tensor is copied so training may go on at once
     (into ``pool``'s reusable buffers when given). With ``cache`` (one per block), a snapshot
-    of objects that kept their structure since the last one takes the fast path
-    (``TreeCache``)."""
+    of objects that kept their structure since the last one takes the fast path, and one
+    that learns the structure (the first, or the first since it changed) is the fast walk's
+    copies under this encoding's tree (``TreeCache.first``)."""
     if cache is not None and copy:
         fast = cache.snapshot(objs)
+        if fast is None:
+            fast = cache.first(objs, lambda objs: _tree_only(objs, path))
         if fast is not None:
             return fast
     enc = _Encoder(copy=copy, pool=pool)
     enc.pending.tree = enc.encode(objs, path)
-    pending = enc.finish()
-    if cache is not None and copy:
-        cache.learn(objs, pending)
-    return pending
+    return enc.finish()
+
+
+def _tree_only(objs: Any, path: str) -> Pending:
+    """The encoding of ``objs`` without copies: its tree, and its tensors as read (``TreeCache.first``)."""
+    enc = _Encoder(copy=False, tree_only=True)
+    enc.pending.tree = enc.encode(objs, path)
+    return enc.pending
 
 
 _RNG_KEYS = ("python", "numpy", "torch")
