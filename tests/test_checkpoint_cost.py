@@ -1031,6 +1031,34 @@ def test_with_every_core_busy_the_writers_cpu_is_charged(runner):
     assert policy["charged_s"] == pytest.approx(policy["stall_s"] + policy["background_share_s"], abs=1e-5)
 
 
+def test_the_writer_gives_turns_and_the_training_thread_does_not():
+    """``give_turn`` on the writer thread sleeps once ``TURN_S`` passed since its last turn (the
+    moment a thread waiting for the GIL takes it), not at every call; on any other thread it
+    does nothing."""
+    from flor.store import writer as writer_module
+
+    seen: list = []
+
+    def job():
+        pace = writer_module._pace
+        seen.append(pace.due)  # 0.0: a turn is due at once
+        writer_module.give_turn()
+        after_first = pace.due
+        writer_module.give_turn()  # right after: not due yet
+        seen.append((after_first > 0, pace.due == after_first))
+        deadline = time.perf_counter() + 5 * writer_module.TURN_S
+        while time.perf_counter() < deadline:
+            pass
+        writer_module.give_turn()  # due again: a new turn
+        seen.append(pace.due > after_first)
+
+    w = writer_module.BackgroundWriter(budget=10)
+    w.try_submit(job, 0, lambda exc: seen.append(exc))
+    assert w.close(timeout=30) == [] and seen == [0.0, (True, True), True]
+    writer_module.give_turn()
+    assert getattr(writer_module._pace, "due", None) is None, "the training thread takes no turns"
+
+
 def test_off_cpu_is_the_wait_for_the_gil_not_the_writers_hold():
     """``OffCpu``, read from another thread, gives the time the measured thread spent waiting.
     Another thread holds the GIL for 30 ms without using a core (a ``PyDLL`` call keeps the

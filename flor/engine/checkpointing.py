@@ -14,6 +14,7 @@ from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, h
 from ..store.hashing import hash_bytes
 from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes
 from ..store.trust import signer
+from ..store.writer import give_turn
 
 IDLE_EVERY_S = 2.0  # how often the writer reads the idle cores (flor.placement.IdleMeter, flor.policy.charge_for)
 
@@ -52,6 +53,7 @@ class Checkpointing:
             cpu0 = time.thread_time()
             mark = trainer.mark()
             self._choose_charge()  # here, not in the stall
+            give_turn()  # (between the steps: flor.store.writer)
             parts = [objects]
             nogil: list[float] = []  # the hashing's CPU time: with the GIL released
             last = self.last_rng.pop(name, None)
@@ -64,9 +66,13 @@ class Checkpointing:
                 else:
                     parts.append(snapshot_rng(rng_start_state))
                     start = (parts[-1].tree, None)  # its nodes get their hashes in place
+                give_turn()
                 cache.top_up(nogil)  # a spare buffer set for the next snapshot, should this job still be running then
+                give_turn()
                 cache.prime()  # where a template was just learned: its text, now rather than in the next job
+                give_turn()
                 blobs, packed = hash_and_pack(parts, self.packs, nogil=nogil)
+                give_turn()
                 io0 = time.thread_time()
                 new_bytes = self.store.blobs.put_many(blobs)
                 io_s = time.thread_time() - io0  # in system calls, the GIL released
@@ -76,9 +82,11 @@ class Checkpointing:
                 for part in parts:
                     part.release()
             head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
+            give_turn()
             data, rng_text = self._sealed_manifest(head, objects, rng, start, nbytes=nbytes, new_bytes=new_bytes,
                                                    block_s=elapsed, snapshot_s=snap_s)
             self.last_rng[name] = (rng_state, (rng.tree, rng_text))  # its blobs are durable: rng_start may point at them
+            give_turn()
             manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
             if not self.writer.may_commit():
                 return  # abandoned at exit: without its manifest the checkpoint does not exist

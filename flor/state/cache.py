@@ -25,6 +25,7 @@ import torch
 
 from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
+from ..store.writer import give_turn
 from .nodes import _PRIMITIVE_SET, _dataclass_attrs
 from .pending import Pending, _empty_like, _tensor_bytes
 
@@ -502,7 +503,9 @@ class _Text:
         for j, node in enumerate(nodes):
             node["h"], node["x"] = _MARK.format(first + 2 * j), _MARK.format(first + 2 * j + 1)
         # static text at even places, a slot's number at odd ones (then its text, per render)
+        give_turn()
         self.pieces = _SLOT.split(canonical_json(marked))
+        give_turn()
         slots = [(at, int(self.pieces[at]) - first) for at in range(1, len(self.pieces), 2)]
         for k, (at, slot) in enumerate(slots):
             if slot >= 0 and slot % 2:  # an "x": its key is rendered with it, right after its "h"
@@ -520,8 +523,10 @@ class _Text:
         the built tree, as before)."""
         try:
             text = cls(template)
+            give_turn()
             nodes: list[dict] = []
             tree = _build(template, iter(vals), nodes)
+            give_turn()
         except (_NotTemplate, StopIteration, KeyError, TypeError, ValueError):
             return None
         for j, node in enumerate(nodes):
@@ -693,6 +698,7 @@ class TreeCache:
             self.sets += 1
             sig, model = self.sig, self._model  # together: a spare shaped for another signature is never kept
         spare = _BufferSet(_fresh_like(model))
+        give_turn()
         for t in spare:  # touch every page now, on the writer: one thread, without the GIL
             if nogil is None or t.numel() * t.element_size() < NOGIL_TOUCH_BYTES:
                 _touch(t)

@@ -16,6 +16,7 @@ import torch
 
 from ..store.hashing import hash_bytes
 from ..store.local import DIRECT_MIN, PAGE, address
+from ..store.writer import give_turn
 from ..store.manifest import canonical_json
 
 __all__ = ["BufferPool", "PACK_ALL_BYTES", "PACK_LEAF_BYTES", "PackIndex", "Pending", "hash_and_pack"]
@@ -262,7 +263,9 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
               for part in parts for node, data in part.leaves()]
     if sum(n for _, _, n in leaves) <= pack_all:
         threshold = pack_all + 1
+    give_turn()
     for node, data, nbytes in leaves:
+        give_turn()
         digest = _hash(data, nbytes, nogil)
         if node["t"] == "pickle":  # signed with the manifest: a blob hash alone is easy to forge
             node["sha256"] = hashlib.sha256(data).hexdigest()

@@ -9,6 +9,12 @@ The worker runs one job after another on a daemon thread. Three promises (DESIGN
 - **It never blocks the training thread.** ``try_submit`` refuses a job, instead of waiting,
   while the bytes already queued plus the new ones exceed the memory budget; the recorder
   then skips that checkpoint and says why in run.json.
+- **It gives the GIL back often.** Its Python work (packing, the manifest, a template's text)
+  holds the GIL a training thread needs between its torch calls; every ``TURN_S`` of it the
+  writer sleeps a moment (``give_turn``), so a waiting training thread takes the GIL then, not
+  at the interpreter's 5 ms switch interval. On the digits CNN, what training waited per
+  checkpoint went from 0.61 to 0.37-0.45 ms (median of 8 runs; the first checkpoint's from
+  1.4-1.9 to 1.0-1.3 ms).
 - **The exit waits a bounded time.** ``close(timeout)`` waits at most ``timeout`` seconds,
   then abandons what is left whole: queued jobs never start, and a running job is told by
   ``may_commit()`` not to write its commit marker (the manifest), so no manifest ever names a
@@ -25,10 +31,30 @@ import time
 import warnings
 from typing import Any, Callable, Hashable
 
-__all__ = ["BackgroundWriter", "NICE_OFFSET", "default_budget"]
+__all__ = ["BackgroundWriter", "NICE_OFFSET", "default_budget", "give_turn"]
 
 #: nice levels the writer thread runs below the training thread (a share, never starvation)
 NICE_OFFSET = 5
+#: the writer's work between two of the turns it gives a waiting training thread (``give_turn``)
+TURN_S = 0.1e-3
+#: the writer's sleep at a turn (asked for: the kernel's timer slack adds ~50 us)
+PAUSE_S = 20e-6
+
+_pace = threading.local()  # .due: on the writer thread, when its next turn is due
+
+
+def give_turn() -> None:
+    """On the writer thread, where ``TURN_S`` passed since its last turn: sleep ``PAUSE_S``, so
+    a thread waiting for the GIL (training) takes it now. Called between the steps of a job and
+    in its loops; elsewhere (the training thread) nothing.
+
+    >>> give_turn()  # not the writer: returns at once
+    """
+    due = getattr(_pace, "due", None)
+    if due is None or time.perf_counter() < due:
+        return
+    time.sleep(PAUSE_S)
+    _pace.due = time.perf_counter() + TURN_S
 
 
 def default_budget() -> int:
@@ -174,6 +200,7 @@ class BackgroundWriter:
 
     def _run(self) -> None:
         _lower_priority()
+        _pace.due = 0.0  # this thread gives turns (``give_turn``)
         while True:
             with self._cond:
                 while not self._jobs and not self._closed:
