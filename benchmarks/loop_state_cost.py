@@ -11,7 +11,8 @@ It is recorded with a checkpoint at every epoch (``FLOR_EVERY=1``), with this tr
 ``--base REV``, with flor at REV (a temporary worktree on PYTHONPATH), interleaved for
 ``--rounds``; examples/cnn.py as it is, with this tree, for reference. Reported per variant:
 the training thread's time per checkpoint (run.json ``timings.stall_s``, median, the first left
-out), how many checkpoints took the fast path (those with a tensor copy, ``timings.copy_s``),
+out), how many checkpoints took the fast path (``timings.encoded``; before it was recorded: those
+with a tensor copy, ``timings.copy_s``),
 the writer's GIL time per checkpoint, and what the budget was charged as a share of the
 blocks' time (``charged_share``; the exit line's share is of the whole loop, evaluation
 included); then the checkpoints the default 1% budget takes in ``--epochs``.
@@ -66,7 +67,9 @@ def figures(meta: dict) -> dict:
     t, policy = meta["timings"], meta["checkpoint_policy"]
     n = max(len(policy["checkpointed_epochs"]), 1)
     training = sum(sum(v) for v in t["blocks"].values())
-    return {"stall_ms": median(t["stall_s"][1:]) * 1e3, "fast": sum(c > 0 for c in t["copy_s"]), "of": n,
+    encoded = t.get("encoded")  # (a tree before 2026-12-04: only the fast path copied into its own buffers)
+    fast = encoded.count("fast") if encoded is not None else sum(c > 0 for c in t["copy_s"])
+    return {"stall_ms": median(t["stall_s"][1:]) * 1e3, "fast": fast, "of": n,
             "gil_ms": policy["gil_s"] * 1e3 / n, "charged_share": policy["charged_s"] / training}
 
 

@@ -892,6 +892,7 @@ def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner)
     timings = meta["timings"]
     assert len(timings["copy_s"]) == len(timings["stall_s"]) == 4 and len(timings["start_s"]) == 4
     assert all(0 < c <= s for c, s in zip(timings["copy_s"], timings["stall_s"]))  # the first too: the walk's copies
+    assert timings["encoded"] == ["learned", "fast", "fast", "fast"]  # the template made once, then reused
     objects = [p for p in (home / "objects").rglob("*") if p.is_file()]
     manifests = sorted((home / "runs").glob("*/checkpoints/*/*.json"))
     assert len(manifests) == 4

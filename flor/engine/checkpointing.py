@@ -112,6 +112,7 @@ class Checkpointing:
         self.policy.observe(name, epoch, stall=stall, first=first)
         self.meta.timings.setdefault("stall_s", []).append(round(stall, 6))
         self.meta.timings.setdefault("copy_s", []).append(round(objects.copy_s, 6))  # of it: copying bytes
+        self.meta.timings.setdefault("encoded", []).append(objects.encoded)  # "fast", "learned" or "full"
 
     def _choose_charge(self) -> None:
         """What the budget is charged with (``flor.policy``), for the checkpoints to come; on the

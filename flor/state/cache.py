@@ -629,7 +629,7 @@ class TreeCache:
             self.template, self.sig = live.tree, sig
         self._learned = (live.tree, vals)  # for ``prime``
         return Pending(tree=live.tree, tensors=[(node, d) for (node, _), d in zip(live.tensors, dsts)],
-                       buffer_set=dsts, on_release=lambda: self._give(dsts, sig), copy_s=copy_s)
+                       buffer_set=dsts, on_release=lambda: self._give(dsts, sig), copy_s=copy_s, encoded="learned")
 
     def snapshot(self, objs: Any) -> Pending | None:
         """The fast path (None: take the full one)."""
@@ -658,7 +658,7 @@ class TreeCache:
 
         return Pending(tree=None, tensors=dsts.pairs(), build=build,  # type: ignore[misc]
                        on_release=lambda: self._give(dsts, sig), buffer_set=dsts,
-                       render=lambda light: self._render(template, vals, light), copy_s=copy_s)
+                       render=lambda light: self._render(template, vals, light), copy_s=copy_s, encoded="fast")
 
     def prime(self) -> None:
         """Make the text of a template just learned (``_Text.checked``, ~1.5 ms for the digits

@@ -106,6 +106,9 @@ class Pending:
     render: Callable[[list[dict]], str | None] | None = None  # the tree's canonical JSON from a TreeCache template
     light: list[dict] | None = None  # with ``render``: the tensor nodes the writer fills, the tree not built
     copy_s: float = 0.0  # on the fast path: the time the tensor copies took (the rest of a snapshot is fixed cost)
+    #: how the snapshot was made: "fast" (a TreeCache template reused), "learned" (the fast walk,
+    #: checked against the full encoding: a template made), "full" (the full encoding, with copies)
+    encoded: str = "full"
 
     @property
     def nbytes(self) -> int:
