@@ -48,8 +48,8 @@ class CheckpointPolicy:
     one-time work: learning the block's structure (the fast walk checked against the full
     encoding), the first buffers, the template's text and folders (the digits CNN: a stall of
     ~2 ms and ~5 ms of the writer's GIL time, against ~0.6 and ~1.5 ms for the next ones); it
-    is charged, but is no estimate: the second is taken once the cost so far is within budget. With ``every`` set,
-    the schedule is fixed instead: epochs 0, N, 2N, ...
+    is charged, but is no estimate: the second is taken once the cost so far is within budget.
+    With ``every`` set, the schedule is fixed instead: epochs 0, N, 2N, ...
 
     >>> p = CheckpointPolicy(overhead=0.01)
     >>> p.due("train", 0, elapsed=10.0)   # nothing measured yet: measure

@@ -586,7 +586,7 @@ class TreeCache:
         The fast walk, its copies, and the checks that it found what the full encoding finds:
         ``encode(objs)`` is that encoding without copies (its tree, and the tensors it read,
         in place), and the walk must have read the same tensors in the same order, the same
-        dicts' keys, and the same values (as text, against the tree built from the template).
+        dicts' keys and the same plain values (``_agrees``).
         The in-place walk (``direct``) is checked this way; where it disagrees, the walk over
         each ``state_dict()`` is. The snapshot's tree is the encoding's, its leaves the walk's
         copies, which become the block's first buffer set.
