@@ -438,9 +438,9 @@ def test_a_walk_whose_dict_keys_differ_is_caught_even_where_the_values_agree(mon
 
 
 def test_a_walk_whose_values_differ_from_the_encodings_is_not_used(monkeypatch):
-    """A walk that reads a value otherwise than state_dict() does (here: the scheduler's step
-    count off by one) is caught by the value check at the first snapshot: the block walks
-    state_dict(), and every checkpoint is the full encoding's tree."""
+    """A walk that reads a value otherwise than state_dict() does (here: the scheduler's first
+    int, its ``total_steps``, off by one) is caught by the value check at the first snapshot:
+    the block walks state_dict(), and every checkpoint is the full encoding's tree."""
     from flor.state import cache as cache_module
 
     real = cache_module._scheduler
