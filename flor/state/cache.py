@@ -439,9 +439,10 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
     raise _NotTemplate(kind)
 
 
-def _values(node: Any, out: list) -> None:
+def _values(node: Any, out: list, keys: list | None = None) -> None:
     """The plain values of a tree, in the order ``_build`` takes them (``_build(node,
-    iter(out))`` makes the tree again)."""
+    iter(out))`` makes the tree again); with ``keys``, each dict node in that order too, as its
+    ``_flatten`` signature entry begins (type, keys, the keys' types)."""
     if not isinstance(node, dict):
         out.append(node)
         return
@@ -453,24 +454,26 @@ def _values(node: Any, out: list) -> None:
             out.append(node["v"])
         else:
             for x in node["v"]:
-                _values(x, out)
+                _values(x, out, keys)
         return
     if kind in ("dict", "odict"):
-        if kind == "dict" and node["k"] and all(type(k) is int for k in node["k"]) \
-                and all(type(v) is not dict for v in node["v"]):
-            out.append(node["k"])
+        k = node["k"]
+        if kind == "dict" and k and all(type(x) is int for x in k) and all(type(v) is not dict for v in node["v"]):
+            out.append(k)  # (``_epoch_dict``: its keys and its values, one value each)
             out.append(node["v"])
             return
+        if keys is not None:
+            keys.append((OrderedDict if kind == "odict" else dict, tuple(k), tuple(map(type, k))))
         for x in node["v"]:
-            _values(x, out)
+            _values(x, out, keys)
         if "meta" in node:
-            _values(node["meta"], out)
+            _values(node["meta"], out, keys)
         return
     if kind == "npscalar":
         out.append(node["v"])
         return
     if kind in ("stateful", "generator", "object", "dataclass", "pyrandom", "npgenerator", "nprandomstate"):
-        _values(node["v"], out)
+        _values(node["v"], out, keys)
         return
     raise _NotTemplate(kind)
 
@@ -728,40 +731,15 @@ def _agrees(live: Pending, sig: list, vals: list, tensors: list) -> bool:
             return False
         if not ((a.data_ptr() == b.data_ptr() and a.stride() == b.stride()) or (state and torch.equal(a, b))):
             return False
-    keys: list = []
-    _dict_keys(live.tree, keys)
-    if keys != [entry[:3] for entry in sig if type(entry) is tuple and len(entry) == 4
-                and (entry[0] is dict or entry[0] is OrderedDict)]:
-        return False
     found: list = []
+    keys: list = []
     try:
-        _values(live.tree, found)
+        _values(live.tree, found, keys)
     except (_NotTemplate, KeyError, TypeError):
         return False
-    return len(found) == len(vals) and canonical_json(found) == canonical_json(vals)
-
-
-def _dict_keys(node: Any, out: list) -> None:
-    """Each dict node of a tree, in ``_flatten``'s order, as its signature entry begins (type,
-    keys, the keys' types); those ``_build`` takes as one value (``_epoch_dict``) left out."""
-    if type(node) is not dict:
-        return
-    kind = node.get("t")
-    if kind == "dict" or kind == "odict":
-        k = node["k"]
-        if kind == "dict" and k and all(type(x) is int for x in k) and all(type(v) is not dict for v in node["v"]):
-            return
-        out.append((OrderedDict if kind == "odict" else dict, tuple(k), tuple(map(type, k))))
-        for v in node["v"]:
-            _dict_keys(v, out)
-        if "meta" in node:
-            _dict_keys(node["meta"], out)
-    elif kind in ("list", "tuple", "deque"):
-        if not _plain_node(node):
-            for v in node["v"]:
-                _dict_keys(v, out)
-    elif type(node.get("v")) is dict:
-        _dict_keys(node["v"], out)
+    return keys == [entry[:3] for entry in sig if type(entry) is tuple and len(entry) == 4
+                    and (entry[0] is dict or entry[0] is OrderedDict)] \
+        and len(found) == len(vals) and canonical_json(found) == canonical_json(vals)
 
 
 #: touching a buffer this large is timed for ``TreeCache.top_up``'s ``nogil`` (its page faults)

@@ -64,16 +64,13 @@ class _Encoder:
             name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
         node = {"t": "tensor", "dtype": name, "shape": list(t.shape), "device": "cpu" if t.is_cpu else str(t.device),
                 "rg": bool(t.requires_grad)}
-        if self.tree_only and not (t.is_conj() or t.is_neg()):
-            self.pending.tensors.append((node, t))  # as read: the fast walk's tensor, the same memory
-            return node
-        data = t.detach()
+        data = t if self.tree_only else t.detach()  # tree only: as read, the fast walk's tensor
         if data.is_conj():
             data = data.resolve_conj()
         if data.is_neg():
             data = data.resolve_neg()
         if self.tree_only:
-            self.pending.tensors.append((node, data))  # (resolved: not the walk's, which takes no such tensor)
+            self.pending.tensors.append((node, data))
             return node
         cuda = data.device.type == "cuda"
         if self.copy and self.pool is not None and (cuda or data.device.type == "cpu"):

@@ -266,7 +266,6 @@ def hash_and_pack(parts: list[Pending], index: PackIndex | None = None, threshol
               for part in parts for node, data in part.leaves()]
     if sum(n for _, _, n in leaves) <= pack_all:
         threshold = pack_all + 1
-    give_turn()
     for node, data, nbytes in leaves:
         give_turn()
         digest = _hash(data, nbytes, nogil)
