@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
 from ..store.writer import give_turn
 from .nodes import _PRIMITIVE_SET, _dataclass_attrs
-from .pending import Pending, _empty_like, _tensor_bytes
+from .pending import Pending, _empty_like, _side_stream, _tensor_bytes
 
 __all__ = ["TreeCache"]
 
@@ -56,13 +56,13 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         dtype = obj.dtype
         if not _plain_tensor(obj, dtype):
             return False
-        sig.append((t, dtype, obj.shape, obj.requires_grad))
+        sig.append((t, dtype, obj.shape, obj.requires_grad, None if obj.is_cpu else obj.device))
         tensors.append(obj)
         return True
     if t is _Generator:  # the encoder's "generator" node: the device, then the state (a new tensor per read)
         state = obj.get_state()
         sig.append((t, str(obj.device)))
-        sig.append((_Tensor, state.dtype, state.shape, False))
+        sig.append((_Tensor, state.dtype, state.shape, False, None))
         tensors.append(state)
         return True
     if t is _NDARRAY:  # the encoder's "ndarray" node: dtype and shape, its bytes a leaf (a uint8 view here)
@@ -70,7 +70,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         if data is None:
             return False
         sig.append((t, obj.dtype.str, obj.shape))
-        sig.append((_Tensor, torch.uint8, data.shape, False))
+        sig.append((_Tensor, torch.uint8, data.shape, False, None))
         tensors.append(data)
         return True
     if t is list or t is tuple or t is _Deque:  # a deque's node also has its maxlen
@@ -254,9 +254,9 @@ def _array_bytes(a: np.ndarray) -> torch.Tensor | None:
 
 
 def _plain_tensor(t: torch.Tensor, dtype: torch.dtype) -> bool:
-    """A dense CPU tensor (of ``dtype``) whose bytes a copy takes as they are: not quantized, no
-    conjugate or negative bit."""
-    if not t.is_cpu or t.layout is not _STRIDED or t.is_nested:
+    """A dense CPU or CUDA tensor (of ``dtype``) whose bytes a copy takes as they are: not
+    quantized, no conjugate or negative bit."""
+    if not (t.is_cpu or t.is_cuda) or t.layout is not _STRIDED or t.is_nested:
         return False
     return dtype not in _ODD or (dtype not in _QUANTIZED and not (t.is_conj() or t.is_neg()))
 
@@ -322,7 +322,7 @@ def _module(m: Any, sig: list, vals: list, tensors: list) -> bool | None:
         dtype = t.dtype
         if not _plain_tensor(t, dtype):
             return False
-        sig.append((_Tensor, dtype, t.shape, False))  # detached: a Tensor, no grad
+        sig.append((_Tensor, dtype, t.shape, False, None if t.is_cpu else t.device))  # detached: a Tensor, no grad
     tensors.extend(found)
     prefixes = tuple(metadata[::2])
     sig.append((dict, prefixes, (str,) * len(prefixes), False))
@@ -581,6 +581,7 @@ class TreeCache:
         self._text: tuple[Any, _Text | None] | None = None  # (template, its text), made on the writer
         self._learned: tuple[Any, list] | None = None  # a template just learned, with its snapshot's plain values
         self._model: list[torch.Tensor] = []  # the first buffer set of the template learned last
+        self._devices: _Devices = None  # its CUDA tensors' places (``_devices``)
 
     def first(self, objs: Any, encode: Callable[[Any], Pending]) -> Pending | None:
         """A snapshot that learns the template: the block's first, or its first since its
@@ -619,19 +620,19 @@ class TreeCache:
             if not _flatten(objs, sig, vals, tensors, direct=False):
                 self.off = True
                 return None
-        dsts = _BufferSet(_fresh_like(tensors))
+        devices = _devices(tensors)
+        dsts = _BufferSet(_fresh_like(tensors, devices))
         t0 = time.perf_counter()
-        if tensors:
-            with torch.no_grad():
-                torch._foreach_copy_(dsts, tensors)
+        ready = _copy(dsts, tensors, devices)
         copy_s = time.perf_counter() - t0
         with self._lock:
             self._free.clear()
             self._model = list(dsts)  # what a spare set is made like (``top_up``); set before the signature
+            self._devices = devices
             self.sets, self.nbytes = 1, dsts.nbytes
             self.template, self.sig = live.tree, sig
         self._learned = (live.tree, vals)  # for ``prime``
-        return Pending(tree=live.tree, tensors=[(node, d) for (node, _), d in zip(live.tensors, dsts)],
+        return Pending(tree=live.tree, tensors=[(node, d) for (node, _), d in zip(live.tensors, dsts)], ready=ready,
                        buffer_set=dsts, on_release=lambda: self._give(dsts, sig), copy_s=copy_s, encoded="learned")
 
     def snapshot(self, objs: Any) -> Pending | None:
@@ -647,11 +648,10 @@ class TreeCache:
                 self._free.clear()
                 self._model = []
             return None
-        dsts = self._take(tensors)
+        devices = self._devices  # the same signature: the same devices
+        dsts = self._take(tensors, devices)
         t0 = time.perf_counter()
-        if tensors:  # a block may keep no tensor at all (a dict of counters)
-            with torch.no_grad():
-                torch._foreach_copy_(dsts, tensors)
+        ready = _copy(dsts, tensors, devices)
         copy_s = time.perf_counter() - t0
         template = self.template
 
@@ -659,7 +659,7 @@ class TreeCache:
             nodes: list[dict] = []
             return _build(template, iter(vals), nodes), nodes
 
-        return Pending(tree=None, tensors=dsts.pairs(), build=build,  # type: ignore[misc]
+        return Pending(tree=None, tensors=dsts.pairs(), build=build, ready=ready,  # type: ignore[misc]
                        on_release=lambda: self._give(dsts, sig), buffer_set=dsts,
                        render=lambda light: self._render(template, vals, light), copy_s=copy_s, encoded="fast")
 
@@ -679,12 +679,12 @@ class TreeCache:
             cached = self._text = (template, _Text.checked(template, vals))
         return cached[1].render(vals, light) if cached[1] is not None else None
 
-    def _take(self, like: list[torch.Tensor]) -> _BufferSet:
+    def _take(self, like: list[torch.Tensor], devices: _Devices) -> _BufferSet:
         with self._lock:
             if self._free:
                 return self._free.pop()
             self.sets += 1
-        return _BufferSet(_fresh_like(like))
+        return _BufferSet(_fresh_like(like, devices))
 
     def _give(self, dsts: _BufferSet, sig: list) -> None:
         with self._lock:
@@ -699,8 +699,9 @@ class TreeCache:
             if self._free or self.sig is None or not self.nbytes or (self.sets + 1) * self.nbytes > self.memory:
                 return
             self.sets += 1
-            sig, model = self.sig, self._model  # together: a spare shaped for another signature is never kept
-        spare = _BufferSet(_fresh_like(model))
+            # together: a spare shaped for another signature is never kept
+            sig, model, devices = self.sig, self._model, self._devices
+        spare = _BufferSet(_fresh_like(model, devices))
         give_turn()
         for t in spare:  # touch every page now, on the writer: one thread, without the GIL
             if nogil is None or t.numel() * t.element_size() < NOGIL_TOUCH_BYTES:
@@ -784,10 +785,72 @@ class _BufferSet(list):
         return self._views
 
 
-def _fresh_like(like: list[torch.Tensor]) -> list[torch.Tensor]:
+def _fresh_like(like: list[torch.Tensor], devices: _Devices = None) -> list[torch.Tensor]:
     """New contiguous CPU buffers shaped like ``like``: ``empty_like`` where a buffer is too
     small to be written around the page cache, page-aligned (``_empty_like``) where not. ~3x
     cheaper than making each from the template's shape and dtype name, as before (0.11 against
-    0.36 ms hot for the digits CNN's 32 tensors)."""
-    return [torch.empty_like(t, memory_format=torch.contiguous_format) if t.numel() * t.element_size() < DIRECT_MIN
-            else _empty_like(t.shape, t.dtype) for t in like]
+    0.36 ms hot for the digits CNN's 32 tensors). Those for CUDA tensors (at the positions
+    ``devices`` lists) are pinned, so that their copies run asynchronously (``_copy``)."""
+    if devices is None:
+        return [torch.empty_like(t, memory_format=torch.contiguous_format) if t.numel() * t.element_size() < DIRECT_MIN
+                else _empty_like(t.shape, t.dtype) for t in like]
+    pinned = {i for _, at in devices for i in at}
+    return [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) if i in pinned
+            else torch.empty(t.shape, dtype=t.dtype) if t.numel() * t.element_size() < DIRECT_MIN
+            else _empty_like(t.shape, t.dtype) for i, t in enumerate(like)]
+
+
+#: a template's CUDA tensors: their positions in the walk's list, by device (None: all on the CPU)
+_Devices = Optional[list[tuple[torch.device, list[int]]]]
+
+
+def _devices(tensors: list[torch.Tensor]) -> _Devices:
+    """Where the CUDA tensors among ``tensors`` are, by device; None where there are none."""
+    found: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(tensors):
+        if not t.is_cpu:
+            found.setdefault(t.device, []).append(i)
+    return list(found.items()) or None
+
+
+def _copy(dsts: list[torch.Tensor], tensors: list[torch.Tensor], devices: _Devices) -> Any:
+    """Copy ``tensors`` into ``dsts``. CPU tensors at once; the CUDA ones (``devices``) into
+    their pinned buffers on a side stream per device, which first waits for the training
+    stream's work so far, and which the training stream waits for, on the GPU, before it may
+    change them: the host does not wait. Returns what to ``synchronize()`` before the buffers
+    are read (``Pending.ready``), or None."""
+    if not tensors:  # a block may keep no tensor at all (a dict of counters)
+        return None
+    with torch.no_grad():
+        if devices is None:
+            torch._foreach_copy_(dsts, tensors)
+            return None
+        on_gpu = {i for _, at in devices for i in at}
+        cpu = [i for i in range(len(tensors)) if i not in on_gpu]
+        if cpu:
+            torch._foreach_copy_([dsts[i] for i in cpu], [tensors[i] for i in cpu])
+        events = []
+        for device, at in devices:
+            stream = _side_stream(device)
+            current = torch.cuda.current_stream(device)
+            stream.wait_stream(current)
+            with torch.cuda.stream(stream):
+                # (no record_stream: the training stream waits for the copies below, and the
+                # caching allocator hands a freed block to that stream's work only)
+                torch._foreach_copy_([dsts[i] for i in at], [tensors[i] for i in at], non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(stream)
+            current.wait_stream(stream)
+            events.append(event)
+    return events[0] if len(events) == 1 else _Landed(events)
+
+
+class _Landed:
+    """The copies to several devices' side streams, as one ``Pending.ready``."""
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def synchronize(self) -> None:
+        for event in self.events:
+            event.synchronize()

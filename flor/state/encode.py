@@ -17,7 +17,7 @@ from ..leaves import encode_leaf, sort_key
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
 from .cache import TreeCache, _array_bytes
 from .nodes import _PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _qualname
-from .pending import BufferPool, Pending, _is_plain_tensor
+from .pending import BufferPool, Pending, _is_plain_tensor, _side_stream
 from .rng import NumpyRaw, settled
 
 __all__ = ["snapshot", "snapshot_rng"]
@@ -350,12 +350,3 @@ def _rng_pending(py: tuple, key_dtype: str, key_size: int, pos: int, has_gauss: 
             "MT19937", {"t": "dict", "k": ["key", "pos"], "v": [key_node, pos]}, has_gauss, gauss]},
         torch_node]}
     return Pending(tree=tree, raw=[(key_node, key_bytes), (torch_node, tch.numpy().tobytes()), (words_node, words)])
-
-
-_STREAMS: dict[Any, Any] = {}
-
-
-def _side_stream(device: torch.device) -> Any:
-    if device not in _STREAMS:
-        _STREAMS[device] = torch.cuda.Stream(device=device)
-    return _STREAMS[device]

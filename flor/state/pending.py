@@ -347,3 +347,13 @@ def _joined(chunks: list[memoryview | bytes], size: int, into: memoryview | None
             into[at:at + n] = view
         at += n
     return into
+
+
+_STREAMS: dict[Any, Any] = {}
+
+
+def _side_stream(device: torch.device) -> Any:
+    """The stream a snapshot's device-to-host copies run on, one per device."""
+    if device not in _STREAMS:
+        _STREAMS[device] = torch.cuda.Stream(device=device)
+    return _STREAMS[device]
