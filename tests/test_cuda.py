@@ -3,10 +3,14 @@ where a GPU is present (skipped on CPU-only machines such as CI's)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
-from flor.state import BufferPool, capture_rng, diff_nodes, restore, restore_rng, snapshot
+from conftest import values
+
+from flor.state import BufferPool, TreeCache, capture_rng, diff_nodes, restore, restore_rng, snapshot
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -20,7 +24,9 @@ def test_async_snapshot_of_cuda_state_is_exact_while_training_goes_on():
     expected = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
     pool = BufferPool()
     pending = snapshot([net, opt], pool=pool)
-    assert all(b.is_pinned() for b in pending.buffers) and pending.ready is not None
+    # the CUDA tensors' buffers are pinned (weight, bias, Adam's exp_avg and exp_avg_sq); Adam's
+    # step counts stay on the CPU, and so do their buffers
+    assert [b.is_pinned() for b in pending.buffers].count(True) == 6 and pending.ready is not None
     for _ in range(3):  # training mutates the tensors right after end(): the copy must not see it
         net(torch.randn(8, 256, device="cuda")).sum().backward()
         opt.step()
@@ -41,3 +47,106 @@ def test_cuda_rng_roundtrip():
     a = torch.rand(4, device="cuda")
     restore_rng(state)
     assert torch.equal(torch.rand(4, device="cuda"), a)
+
+
+def _tree(pending) -> dict:
+    blobs: dict = {}
+    tree = pending.materialize(lambda data, digest: blobs.__setitem__(digest, bytes(data)))
+    return json.loads(json.dumps(tree)), blobs
+
+
+def _cuda_training():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.BatchNorm1d(128), torch.nn.Linear(128, 3)).cuda()
+    net[0].weight.data = net[0].weight.data.t().contiguous().t()  # a transposed (non-contiguous) parameter
+    opt = torch.optim.Adam(net.parameters())  # its step counts stay on the CPU: a block of both
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2)
+
+    def train(n: int = 2) -> None:
+        for _ in range(n):
+            net(torch.randn(16, 64, device="cuda")).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+
+    train()
+    return net, opt, sched, train
+
+
+def test_the_fast_path_copies_cuda_state_asynchronously_and_exactly():
+    """The TreeCache walks CUDA tensors too: pinned buffers, copies on a side stream, the
+    training stream waiting for them on the GPU. Its snapshots are the full encoding's trees
+    and bytes, holding end()-time values while training goes on at once."""
+    net, opt, sched, train = _cuda_training()
+    objs = [net, opt, sched, {"epoch": 3}]
+    cache = TreeCache()
+    for expected_kind in ("learned", "fast", "fast"):
+        expected = _tree(snapshot(objs, copy=False))
+        pending = snapshot(objs, cache=cache)
+        assert pending.encoded == expected_kind and pending.ready is not None
+        pinned = [t.is_pinned() for t in pending.buffer_set]
+        # the model's tensors and Adam's exp_avg and exp_avg_sq (CUDA); Adam's step counts (CPU)
+        assert pinned.count(True) == len(net.state_dict()) + 2 * len(list(net.parameters()))
+        assert pinned.count(False) == len(list(net.parameters()))
+        train(3)  # changes every CUDA tensor right after end()
+        assert _tree(pending) == expected
+        train(1)
+    assert cache.sets <= 2
+
+
+def test_a_tensor_that_moves_device_relearns_the_template():
+    """The signature holds each tensor's device: the same shapes on another device are another
+    tree (its nodes name the device), never the old template."""
+    state = {"w": torch.arange(6.0, device="cuda")}
+    cache = TreeCache()
+    assert snapshot([state], cache=cache).encoded == "learned"
+    assert snapshot([state], cache=cache).encoded == "fast"
+    state["w"] = state["w"].cpu()
+    moved = snapshot([state], cache=cache)
+    assert moved.encoded == "learned" and moved.ready is None
+    tree, _ = _tree(moved)
+    assert _tree(snapshot([state], copy=False))[0] == tree and '"device": "cpu"' in json.dumps(tree)
+
+
+CUDA_EDITS = {
+    "torch.nn.Linear(24, 2))": "torch.nn.Linear(24, 2)).cuda()",
+    "cross_entropy(net(xb), yb)": "cross_entropy(net(xb.cuda()), yb.cuda())",
+    "(net(X).argmax(1) == y)": "(net(X.cuda()).argmax(1).cpu() == y)",
+}
+
+
+def test_a_cuda_recording_replays_bit_for_bit(runner):
+    """toy.py on the GPU (dropout draws from the CUDA generator), checkpointed every other
+    epoch: outer-loop and probed replay give exactly the edited script's values in full."""
+    from test_replay import OUTER_LOG, PROBED_LOG
+
+    env = runner.env(FLOR_EVERY="2", CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    runner.run(runner.script(edits=CUDA_EDITS), "--epochs", "4", "--flor", "gpu", env=env)
+    meta = json.loads(next((runner.home / "gpu" / "runs").glob("*/run.json")).read_text())
+    assert meta["timings"]["encoded"] == ["learned", "fast"]
+    manifest = next((runner.home / "gpu" / "runs").glob("*/checkpoints/training_loop/2.json")).read_text()
+    assert '"device":"cuda:0"' in manifest.replace(" ", "") and '"cuda"' in manifest  # the tensors, the CUDA RNG
+    for tag, edits in (("outer", OUTER_LOG), ("probed", PROBED_LOG)):
+        script = runner.script(edits={**CUDA_EDITS, **edits}, dest=f"{tag}.py")
+        runner.run(script, "--epochs", "4", "--flor", f"full-{tag}", env=env)
+        replay = runner.run(script, "--epochs", "4", "--flor", "gpu", "--replay_flor", env=env)
+        assert "replay verified exact" in replay.stderr, replay.stderr
+        logs = [x for x in runner.logs("gpu") if x["source"] == "replay"]
+        newest = [x for x in logs if x["replay"] == max(r["replay"] for r in logs)]
+        assert values(newest) == values(runner.logs(f"full-{tag}"), "record")
+
+
+def test_a_cpu_script_on_a_gpu_machine_replays_exactly(runner):
+    """A CPU script recorded on a GPU machine: run.json names the GPUs, and a probed replay,
+    which never makes CUDA's context, is exact. On an H200 every block was reported diverged
+    ("random state"): the recording had captured a CUDA generator because something in that
+    process had initialized CUDA (flor's own run metadata did; ``flor.runinfo.gpus`` no longer
+    does, and ``flor.state.diff_rng`` no longer counts a CUDA generator only one side has)."""
+    from test_replay import PROBED_LOG
+
+    runner.run(runner.script(), "--epochs", "3", "--flor", "cpu")
+    run = next((runner.home / "cpu" / "runs").iterdir())
+    assert json.loads((run / "run.json").read_text())["versions"]["gpus"]
+    replay = runner.run(runner.script(edits=PROBED_LOG, dest="probed.py"), "--epochs", "3", "--flor", "cpu",
+                        "--replay_flor")
+    assert "replay verified exact" in replay.stderr and "3 executed and checked (0 diverged)" in replay.stderr
