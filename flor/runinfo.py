@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "git_info", "is_secret_name", "redact_argv", "redact_command", "redact_text", "redact_value", "script_info", "versions",
+    "git_info", "gpus", "is_secret_name", "redact_argv", "redact_command", "redact_text", "redact_value", "script_info", "versions",
 ]
 
 #: words of a flag or variable name that mark its value secret (``--hf_tok``, ``--db-password``, ``HF_TOKEN``);
@@ -298,17 +298,59 @@ def git_info(script: str | None, exclude: list[Path] | None = None) -> tuple[dic
     return info, diff or None
 
 
-def _nvidia_driver() -> str | None:
+def gpus() -> dict[str, Any]:
+    """The GPUs, without initializing CUDA: from torch where the script has (its visible
+    devices), else from ``nvidia-smi`` (every GPU on the machine; ``gpu_source`` says which).
+    Making CUDA's context for metadata would cost the script seconds and GPU memory, and would
+    put a CUDA generator into a CPU script's random state, which its replay (that never made
+    one) would then report as diverged. Runs on the recorder's writer thread: nvidia-smi takes
+    ~0.1 s. Empty where there is no GPU or nothing answers."""
+    out: dict[str, Any] = {}
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            n = torch.cuda.device_count()
+            out["gpus"] = [torch.cuda.get_device_name(i) for i in range(n)]
+            out["gpu_capabilities"] = [".".join(map(str, torch.cuda.get_device_capability(i))) for i in range(n)]
+            out["gpu_memory_gb"] = [round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1) for i in range(n)]
+            out["gpu_source"] = "torch"
+    except Exception:  # noqa: BLE001 - metadata must never fail a run
+        out = {}
+    rows = _nvidia_smi("name,memory.total,compute_cap,driver_version") or _nvidia_smi("name,memory.total,driver_version")
+    if rows:
+        out["gpu_driver"] = rows[0][-1]
+        if "gpus" not in out:
+            out["gpus"] = [r[0] for r in rows]
+            out["gpu_memory_gb"] = [_gib(r[1]) for r in rows]
+            if len(rows[0]) == 4:
+                out["gpu_capabilities"] = [r[2] for r in rows]
+            out["gpu_source"] = "nvidia-smi"
+    return out
+
+
+def _nvidia_smi(fields: str) -> list[list[str]] | None:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = out.stdout.split()
-    return lines[0] if out.returncode == 0 and lines else None
+    rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
+    n = fields.count(",") + 1
+    if out.returncode != 0 or not rows or any(len(r) != n or not all(r) or "[" in ",".join(r) for r in rows):
+        return None  # an old driver that does not know a field says "[Field not supported]"
+    return rows
+
+
+def _gib(mib: str) -> float | None:
+    try:
+        return round(float(mib) / 1024, 1)
+    except ValueError:
+        return None
 
 
 def versions() -> dict[str, Any]:
+    """Versions of flor, Python, NumPy, torch and CUDA, and the host; the GPUs are ``gpus()``."""
     from ._version import __version__
 
     out: dict[str, Any] = {
@@ -327,13 +369,6 @@ def versions() -> dict[str, Any]:
         out["torch"] = torch.__version__
         out["cuda"] = torch.version.cuda
         out["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        if torch.cuda.is_available():
-            out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            out["gpu_capabilities"] = [".".join(map(str, torch.cuda.get_device_capability(i)))
-                                       for i in range(torch.cuda.device_count())]
-            out["gpu_memory_gb"] = [round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1)
-                                    for i in range(torch.cuda.device_count())]
-            out["gpu_driver"] = _nvidia_driver()
     except Exception:  # noqa: BLE001 - metadata must never fail a run
         out.setdefault("torch", None)
     out["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")

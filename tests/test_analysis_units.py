@@ -435,3 +435,37 @@ def test_diff_patch_includes_untracked_sources(tmp_path):
     git("stash", "-u", "-q")
     git("apply", str(patch))  # the patch recreates the code that ran
     assert (tmp_path / "helper.py").read_text() == "X = 1" and (tmp_path / "train.py").read_text() == "print(2)\n"
+
+
+def test_gpu_facts_never_make_a_cuda_context(monkeypatch, tmp_path):
+    """run.json's GPUs come from torch only where the script has made CUDA's context, else from
+    nvidia-smi (a real program on PATH here): flor making the context would put a CUDA
+    generator into a CPU script's recorded random state, and its probed replay, which never
+    makes one, reported every block diverged (seen on a GPU machine). Older drivers that do
+    not know a field are asked again without it."""
+    import os
+
+    import torch
+
+    from flor.runinfo import gpus, versions
+
+    touched: list[str] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    for name in ("get_device_name", "get_device_capability", "get_device_properties", "init", "_lazy_init"):
+        monkeypatch.setattr(torch.cuda, name, lambda *args, _name=name: touched.append(_name))
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    smi = folder / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$1" in *compute_cap*) echo "NVIDIA H200, 143771, 9.0, 580.159.03";; esac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    assert not {"gpus", "gpu_driver"} & set(versions())
+    assert gpus() == {"gpus": ["NVIDIA H200"], "gpu_memory_gb": [140.4], "gpu_capabilities": ["9.0"],
+                      "gpu_driver": "580.159.03", "gpu_source": "nvidia-smi"}
+    smi.write_text('#!/bin/sh\ncase "$1" in *compute_cap*) echo "A100, 40960, [Field not supported], 470.1";;'
+                   ' *) echo "A100, 40960, 470.1";; esac\n')
+    assert gpus() == {"gpus": ["A100"], "gpu_memory_gb": [40.0], "gpu_driver": "470.1", "gpu_source": "nvidia-smi"}
+    assert touched == []
+    smi.unlink()
+    assert gpus() == {}

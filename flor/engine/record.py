@@ -16,7 +16,7 @@ from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
-from ..runinfo import busy_cores, git_info, process_started, redact_argv, script_info, versions
+from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import warn_forgotten
 from .checkpointing import Checkpointing
@@ -64,6 +64,7 @@ class RecordSession(Checkpointing, Session):
         self.snapshot_bytes: dict[str, int] = {}  # per block: the size of its last snapshot
         # temp files of writers that died mid-write (a kill, a crash) take space: clear them off the training thread
         self.writer.submit(self.store.remove_stale_tmp, 0, lambda exc: None)
+        self.writer.submit(self._gpus, 0, lambda exc: None)
         self.spool = None
         if settings.spool:  # uploads run on their own thread: training never waits on the network
             from ..store.sync import BackgroundSpool
@@ -111,6 +112,15 @@ class RecordSession(Checkpointing, Session):
         except Exception as exc:  # noqa: BLE001 - training never stops because run.json cannot be written
             self.write_failed("run.json", exc)
             return False
+
+    def _gpus(self) -> None:
+        """The GPUs into run.json's versions, on the writer (``flor.runinfo.gpus``)."""
+        found = gpus()
+        if found:
+            with self._meta_lock:
+                self.meta.versions = {**self.meta.versions, **found}
+            if not self._closed:
+                self.write_meta()
 
     def _hyperparameters(self, values: dict[str, Any]) -> None:
         """argparse or flor.arg gave more hyperparameters after the run started."""

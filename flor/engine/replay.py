@@ -356,12 +356,12 @@ class ReplaySession(Session):
         are seeded from the OS when a script does not seed them): the block's own draws then
         match the recording, and its end state can be checked against it.
         """
-        from ..state import capture_rng, decode, diff_nodes, restore_rng, snapshot
+        from ..state import capture_rng, decode, diff_rng, restore_rng, snapshot
 
         if "rng_start" not in manifest:
             return
         now = snapshot(capture_rng(like=manifest["rng_start"]), copy=False).materialize()
-        differs = sorted({p.split(".")[0].split("[")[0] for p in diff_nodes(manifest["rng_start"], now)})
+        differs = sorted({p.split(".")[0].split("[")[0] for p in diff_rng(manifest["rng_start"], now)})
         if differs:
             cache = self.store.blobs.get_many(blob_hashes(manifest["rng_start"]))
             restore_rng(decode(manifest["rng_start"], cache.__getitem__, path="rng_start",
@@ -433,12 +433,12 @@ class ReplaySession(Session):
         return as_result(objs)
 
     def _verify(self, manifest: dict, objs: tuple, event: BlockEvent) -> tuple[tuple, BlockEvent]:
-        from ..state import capture_rng, diff_nodes, snapshot
+        from ..state import capture_rng, diff_nodes, diff_rng, snapshot
 
         now_objs = snapshot(list(objs), copy=False).materialize()
         now_rng = snapshot(capture_rng(like=manifest["rng"]), copy=False).materialize()
         diffs = [self._label(p, manifest) for p in diff_nodes(manifest["objects"], now_objs)]
-        rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state" for p in diff_nodes(manifest["rng"], now_rng)})
+        rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state" for p in diff_rng(manifest["rng"], now_rng)})
         if not diffs and not rng_diffs:
             event.action = "matched"
             self.from_restore = False

@@ -47,7 +47,7 @@ The modules: ``encode`` (``snapshot``), ``cache`` (its fast path, ``TreeCache``)
 from __future__ import annotations
 
 from .cache import TreeCache
-from .compare import diff_nodes
+from .compare import diff_nodes, diff_rng
 from .decode import REFUSE_PICKLES, PickleTrust, decode, restore, restore_all
 from .encode import snapshot, snapshot_rng
 from .nodes import Loader
@@ -69,6 +69,7 @@ __all__ = [
     "same_rng",
     "decode",
     "diff_nodes",
+    "diff_rng",
     "hash_and_pack",
     "restore",
     "restore_all",

@@ -9,7 +9,7 @@ from typing import Any
 from ..leaves import LEAF_KINDS
 from ..logs import same_value
 
-__all__ = ["diff_nodes"]
+__all__ = ["diff_nodes", "diff_rng"]
 
 
 _LEAF_NODES = (*LEAF_KINDS, "torchdtype", "torchdevice", "npdtype")
@@ -58,3 +58,36 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
             return out
         return out + diff_nodes(a.get("v"), b.get("v"), path)
     return [] if same_value(a, b, exact_type=True) else [path or "<root>"]
+
+
+def diff_rng(recorded: Any, now: Any) -> list[str]:
+    """``diff_nodes`` of two materialized random states (``capture_rng``), where a CUDA
+    generator that one side has and the other lacks is no difference. A process captures
+    CUDA's generators only once CUDA is initialized in it: one that has not initialized it has
+    never drawn from them (and a replay's restored CUDA state waits, in torch, until it does),
+    while the other may have initialized it for reasons of its own (a library, a hindsight
+    log statement computing on the GPU, run metadata); a CPU script's probed replay on a GPU
+    machine reported every block diverged.
+
+    >>> node = lambda *keys: {"t": "dict", "k": list(keys), "v": [{"t": "int", "v": 1} for _ in keys]}
+    >>> diff_rng(node("python", "numpy", "torch", "cuda"), node("python", "numpy", "torch"))
+    []
+    >>> diff_nodes(node("python", "numpy", "torch", "cuda"), node("python", "numpy", "torch"))
+    ['.<keys>']
+    """
+    return diff_nodes(*_without_one_sided_cuda(recorded, now))
+
+
+def _without_one_sided_cuda(a: Any, b: Any) -> tuple[Any, Any]:
+    if not (isinstance(a, dict) and isinstance(b, dict) and a.get("t") == b.get("t") == "dict"):
+        return a, b
+    ka, kb = a.get("k"), b.get("k")
+    if not (isinstance(ka, list) and isinstance(kb, list) and isinstance(a.get("v"), list)
+            and isinstance(b.get("v"), list)) or set(ka) ^ set(kb) != {"cuda"}:
+        return a, b
+
+    def drop(node: dict) -> dict:
+        pairs = [(k, v) for k, v in zip(node["k"], node["v"]) if k != "cuda"]
+        return {**node, "k": [k for k, _ in pairs], "v": [v for _, v in pairs]}
+
+    return (drop(a), b) if "cuda" in ka else (a, drop(b))
