@@ -6,7 +6,9 @@
 --hindsight       adds an outer-loop hindsight log (weight norm), what a user adds later
 --probe           marks the block probed and logs the loss inside it
 --memcpy-probe    after the loop: the GB/s of copying the state into reused buffers (the
-                  same-process bound a snapshot's copy runs against)
+                  same-process bound a snapshot's copy runs against; from a GPU: into reused
+                  pinned buffers, waited for)
+--device cuda     train on the GPU (benchmarks/gpu.py); the data is made there
 """
 
 import argparse
@@ -24,6 +26,7 @@ parser.add_argument("--steps", type=int, default=20, help="batches per epoch")
 parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--hindsight", action="store_true")
 parser.add_argument("--probe", action="store_true")
+parser.add_argument("--device", default="cpu")
 parser.add_argument("--memcpy-probe", action="store_true",
                     help="after the loop, time copying the model's and optimizer's tensors into reused buffers")
 args = parser.parse_args()
@@ -45,12 +48,17 @@ else:
     shape = (1024,)
     if args.model == "finetune":
         body.requires_grad_(False)
+device = torch.device(args.device)
+if device.type == "cuda":  # the same kernels in every run, so that a probed replay is bit for bit
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+net.to(device)
 params = [p for p in net.parameters() if p.requires_grad]
 optimizer = torch.optim.AdamW(params, lr=1e-3)
-data = torch.randn(args.steps * args.batch, *shape)
-labels = torch.randint(0, 10, (args.steps * args.batch,))
-val = torch.randn(256, *shape)
-val_labels = torch.randint(0, 10, (256,))
+# made where training reads them (on a GPU, ~1 GB of inputs would take seconds on the CPU)
+data = torch.randn(args.steps * args.batch, *shape, device=device)
+labels = torch.randint(0, 10, (args.steps * args.batch,), device=device)
+val = torch.randn(256, *shape, device=device)
+val_labels = torch.randint(0, 10, (256,), device=device)
 
 # not a plain float: a replay worker restores the epoch loop's plain variables from the recording
 # (docs/loops.md); a float the loop never changes is no longer restored, but older recordings did
@@ -76,13 +84,18 @@ print(f"LOOP_SECONDS {time.perf_counter() - clock.loop:.6f}")
 if args.memcpy_probe:  # the bound a snapshot copies against, in the same process and memory state
     state = [t for t in net.state_dict().values()] + [
         t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
-    reused = [torch.empty_like(t) for t in state]
+    gpu = device.type == "cuda"
+    reused = [torch.empty(t.shape, dtype=t.dtype, pin_memory=gpu and not t.is_cpu) for t in state]
     with torch.no_grad():
         torch._foreach_copy_(reused, state)  # every page faulted in once, as flor's buffer sets are
         times = []
         for _ in range(5):
+            if gpu:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
-            torch._foreach_copy_(reused, state)
+            torch._foreach_copy_(reused, state, non_blocking=gpu)
+            if gpu:
+                torch.cuda.synchronize()  # until the copies have landed
             times.append(time.perf_counter() - t0)
     nbytes = sum(t.numel() * t.element_size() for t in state)
     print(f"MEMCPY_GBPS {nbytes / sorted(times)[2] / 1e9:.3f}")
