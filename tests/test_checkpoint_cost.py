@@ -933,6 +933,24 @@ def test_same_rng_sees_any_generator_move(draw):
     assert not same_rng(capture_rng(), capture_rng())  # get_state's form: never assumed the same
 
 
+def test_same_rng_compares_cuda_generators_by_their_bytes():
+    """A capture of a process that made CUDA's context also holds each device's generator
+    state (CPU byte tensors, ``get_rng_state_all``): the same bytes are the same state, so a
+    GPU script's ``rng_start`` points at the last checkpoint's too; any change, or one side
+    without them, is not."""
+    from flor.state import same_rng
+
+    torch.manual_seed(1)
+    cuda = [torch.arange(16, dtype=torch.uint8), torch.arange(16, 32, dtype=torch.uint8)]  # two devices' states
+    before = {**capture_rng(raw=True), "cuda": [t.clone() for t in cuda]}
+    assert same_rng(before, {**capture_rng(raw=True), "cuda": [t.clone() for t in cuda]})
+    moved = [cuda[0], cuda[1].clone()]
+    moved[1][-1] += 1  # the second device's offset moved
+    assert not same_rng(before, {**capture_rng(raw=True), "cuda": moved})
+    assert not same_rng(before, {**capture_rng(raw=True), "cuda": cuda[:1]})
+    assert not same_rng(before, capture_rng(raw=True)) and not same_rng(capture_rng(raw=True), before)
+
+
 @pytest.mark.parametrize("setup", ["seeded", "set_state", "gauss spare", "reseeded after reading"])
 def test_a_raw_capture_holds_the_states_of_its_time(setup):
     """capture_rng(raw=True) reads Python's and NumPy's generators from memory and clones

@@ -76,15 +76,18 @@ def settled(state: Any) -> Any:
 
 def same_rng(a: Any, b: Any) -> bool:
     """Whether two ``capture_rng(raw=True)`` captures hold the same states (False where unsure:
-    CUDA generators, ``get_state``'s form). The recorder stores a block's state at its start
-    (``rng_start``) as a pointer to the last checkpoint's end state when nothing drew a number
-    in between (evaluation, logging), rather than encoding and hashing it again.
+    ``get_state``'s form). The recorder stores a block's state at its start (``rng_start``) as
+    a pointer to the last checkpoint's end state when nothing drew a number in between
+    (evaluation, logging), rather than encoding and hashing it again. CUDA generators (a list of
+    CPU byte tensors, one per device) compare by their bytes.
 
     >>> a = capture_rng(raw=True); same = same_rng(a, capture_rng(raw=True)); _ = random.random()
     >>> same, same_rng(a, capture_rng(raw=True))
     (True, False)
     """
-    if type(a) is not dict or type(b) is not dict or tuple(a) != ("python", "numpy", "torch") or tuple(b) != tuple(a):
+    if type(a) is not dict or type(b) is not dict or tuple(b) != tuple(a) or tuple(a) not in _RNG_KEYS:
+        return False
+    if "cuda" in a and not _same_bytes(a["cuda"], b["cuda"]):
         return False
     a, b = settled(a), settled(b)
     x, y = a["numpy"], b["numpy"]
@@ -97,6 +100,16 @@ def same_rng(a: Any, b: Any) -> bool:
     p, q = a["python"], b["python"]
     return type(p) is tuple and type(q) is tuple and len(p) == len(q) == 3 and p[0] == q[0] \
         and type(p[1]) is bytes and p[1] == q[1] and p[2] == q[2]
+
+
+_RNG_KEYS = (("python", "numpy", "torch"), ("python", "numpy", "torch", "cuda"))
+
+
+def _same_bytes(x: Any, y: Any) -> bool:
+    """Two lists of CUDA generator states, as ``get_rng_state_all`` gives them, byte for byte."""
+    return type(x) in (list, tuple) and type(y) in (list, tuple) and len(x) == len(y) and all(
+        type(s) is torch.Tensor and type(t) is torch.Tensor and s.dtype is torch.uint8 and t.dtype is torch.uint8
+        and s.is_cpu and t.is_cpu and s.shape == t.shape and torch.equal(s, t) for s, t in zip(x, y))
 
 
 def restore_rng(state: Any) -> None:
