@@ -144,9 +144,16 @@ def test_a_cpu_script_on_a_gpu_machine_replays_exactly(runner):
     does, and ``flor.state.diff_rng`` no longer counts a CUDA generator only one side has)."""
     from test_replay import PROBED_LOG
 
-    runner.run(runner.script(), "--epochs", "3", "--flor", "cpu")
+    runner.run(runner.script(), "--epochs", "4", "--flor", "cpu")
     run = next((runner.home / "cpu" / "runs").iterdir())
     assert json.loads((run / "run.json").read_text())["versions"]["gpus"]
-    replay = runner.run(runner.script(edits=PROBED_LOG, dest="probed.py"), "--epochs", "3", "--flor", "cpu",
-                        "--replay_flor")
-    assert "replay verified exact" in replay.stderr and "3 executed and checked (0 diverged)" in replay.stderr
+    probed = runner.script(edits=PROBED_LOG, dest="probed.py")
+    replay = runner.run(probed, "--epochs", "4", "--flor", "cpu", "--replay_flor")
+    assert "replay verified exact" in replay.stderr and "4 executed and checked (0 diverged)" in replay.stderr
+    # the second of two workers starts from a checkpoint: its process has not trained yet
+    # (torch's Adam may make CUDA's context at its first step) when it checks the random state
+    # the recording had at the start of its first block
+    second = runner.run(probed, "--epochs", "4", "--flor", "cpu", "--replay_flor", "1/2",
+                        env=runner.env(FLOR_REPLAY_ID="second"))
+    assert "replay verified exact" in second.stderr and "(0 diverged)" in second.stderr
+    assert "random state at the start" not in second.stderr
