@@ -145,7 +145,7 @@ def main() -> None:
                        "in-loop (every)", "ckpts at default", "first stall", "stall/ckpt",
                        "state, copied to pinned memory (same process)", "writer CPU-s/GB", "encoded"]))
     print()
-    print(table(replay_rows, ["model", "re-train (edited script, whole process)", "outer-loop replay",
+    print(table(replay_rows, ["model", "re-train (the edited script, recorded to read its values)", "outer-loop replay",
                               "probed replay", "outer exact", "probed exact"]))
     if opts.quick:
         return

@@ -49,7 +49,7 @@ def test_cuda_rng_roundtrip():
     assert torch.equal(torch.rand(4, device="cuda"), a)
 
 
-def _tree(pending) -> dict:
+def _tree(pending) -> tuple[dict, dict]:
     blobs: dict = {}
     tree = pending.materialize(lambda data, digest: blobs.__setitem__(digest, bytes(data)))
     return json.loads(json.dumps(tree)), blobs
