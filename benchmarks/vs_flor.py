@@ -16,8 +16,8 @@ Per round, in turn: plain, this flor, pyflor; the same three again with glibc's 
 (a weight-norm log added outside the block) with each, both reading their checkpoints from the disk
 (evicted from the page cache first, as days after the run). Reported: whole-process wall (median of
 the rounds), overhead vs plain, peak memory (ru_maxrss of the child and its waited-for children),
-minor page faults, bytes stored, replay wall, and the median of each round's ratios (robust to
-drifts of a shared machine). Results: results/vs_flor.json.
+minor page faults (each run's too), bytes stored, replay wall, and the median of each round's
+ratios (robust to drifts of a shared machine), also this flor's recording over pyflor's directly. Results: results/vs_flor.json.
 
 Why the second set: the plain script page-faults ~1.4 million times (~4 s of system time on
 this VM) because glibc gives the top of its heap back to the kernel between training steps
@@ -151,10 +151,16 @@ def main() -> None:
             "pinned_allocator_env": PINNED,
             "wall_s": walls, "median_wall_s": med, "peak_rss_mib": {k: median(v) for k, v in rss.items()},
             "minor_faults": {k: median(v) for k, v in faults.items()},
+            # each run's: glibc's defaults put a run in one of two fault modes whatever the variant
+            # (docs/performance.md), so the medians alone can hide which runs were compared
+            "minor_faults_runs": faults,
             "record_overhead": {k: med[k] / plain - 1 for k in ("flor", "pyflor")},
             "record_overhead_paired": {k: paired(k, "plain") for k in ("flor", "pyflor")},
             "record_overhead_paired_pinned": {k: paired(f"{k}_pinned", "plain_pinned") for k in ("flor", "pyflor")},
             "replay_paired_flor_over_pyflor": paired("flor_replay", "pyflor_replay") + 1,
+            # this flor's recording over pyflor's, round by round: no plain run (and its fault mode) in between
+            "record_paired_flor_over_pyflor": paired("flor", "pyflor") + 1,
+            "record_paired_flor_over_pyflor_pinned": paired("flor_pinned", "pyflor_pinned") + 1,
             "stored_bytes": {k: median(v) for k, v in stored.items()},
             "replay_speedup_vs_plain": {k: plain / med[f"{k}_replay"] for k in ("flor", "pyflor")},
         }
@@ -168,6 +174,8 @@ def main() -> None:
                              med.get(f"{k}_replay", "") if not suffix else ""])
         print(table(rows, ["variant", "record wall s", "overhead (paired)", "peak MiB", "minor faults", "stored",
                            "replay wall s"]))
+        print(f"record flor/pyflor {result['record_paired_flor_over_pyflor']:.3f}x paired "
+              f"({result['record_paired_flor_over_pyflor_pinned']:.3f}x heap kept)")
         print(f"replay flor/pyflor {result['replay_paired_flor_over_pyflor']:.2f}x paired (replays read from the "
               "disk); _pinned: glibc keeps its heap (" + ", ".join(f"{k}={v}" for k, v in PINNED.items()) + ")")
         print("wrote", save("vs_flor", result))
