@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -112,3 +113,35 @@ def table(rows: list[list[Any]], header: list[str]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+#: the variants the overhead benchmarks interleave: no flor, flor at the default budget, flor every epoch
+VARIANTS = ("plain", "flor", "flor_every")
+
+
+def interleaved(args: list[str], rounds: int, tmp: Path, tag: str, keep_last: bool = False,
+                **extra: str) -> tuple[dict, dict, dict, list[float]]:
+    """Run ``python ARGS --memcpy-probe`` (bench_train.py) as each of ``VARIANTS``, ``rounds``
+    times in turn, so that drifts in machine speed hit all variants alike; ``extra`` goes into
+    every run's environment. Returns each variant's wall times, loop times and (flor's) run.json
+    contents, and each every-epoch run's MEMCPY_GBPS. Stores go under ``tmp/TAG-VARIANT-ROUND``
+    and are removed, but for the last every-epoch one where ``keep_last``."""
+    times: dict[str, list[float]] = {k: [] for k in VARIANTS}
+    loops: dict[str, list[float]] = {k: [] for k in VARIANTS}
+    metas: dict[str, list[dict]] = {"flor": [], "flor_every": []}
+    memcpy: list[float] = []
+    for rnd in range(rounds):
+        for variant in VARIANTS:
+            home = tmp / f"{tag}-{variant}-{rnd}"
+            flags = [] if variant == "plain" else ["--flor", "bench"]
+            every = {"FLOR_EVERY": "1"} if variant == "flor_every" else {}
+            wall, proc = run([*args, *flags, "--memcpy-probe"], env(home, **extra, **every))
+            times[variant].append(wall)
+            loops[variant].append(loop_seconds(proc))
+            if variant == "flor_every":
+                memcpy.append(float(re.search(r"MEMCPY_GBPS ([\d.]+)", proc.stdout).group(1)))
+            if variant != "plain":
+                metas[variant].append(run_meta(home, "bench"))
+            if not (keep_last and variant == "flor_every" and rnd == rounds - 1):
+                shutil.rmtree(home, ignore_errors=True)
+    return times, loops, metas, memcpy

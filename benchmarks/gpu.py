@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from common import TRAIN, env, loop_seconds, median, run, run_meta, save, table
+from common import TRAIN, env, interleaved, median, run, save, table
 
 # GPU epochs of a tenth to a third of a second: longer than the CPU benchmarks' (the same
 # model trains ~50x faster), short enough that the whole benchmark takes a few minutes
@@ -64,24 +63,8 @@ def main() -> None:
     try:
         for model, margs in models.items():
             args = [str(TRAIN), *margs, *dev]
-            times: dict[str, list[float]] = {"plain": [], "flor": [], "flor_every": []}
-            loops: dict[str, list[float]] = {k: [] for k in times}
-            metas: dict[str, list[dict]] = {"flor": [], "flor_every": []}
-            probe: list[float] = []  # each flor_every run's own copy of its state into pinned buffers
-            for rnd in range(rounds):
-                for variant in times:
-                    home = tmp / f"{model}-{variant}-{rnd}"
-                    flags = [] if variant == "plain" else ["--flor", "bench"]
-                    extra = {"FLOR_EVERY": "1"} if variant == "flor_every" else {}
-                    wall, proc = run([*args, *flags, "--memcpy-probe"], env(home, **gpu_env, **extra))
-                    times[variant].append(wall)
-                    loops[variant].append(loop_seconds(proc))
-                    if variant == "flor_every":
-                        probe.append(float(re.search(r"MEMCPY_GBPS ([\d.]+)", proc.stdout).group(1)))
-                    if variant != "plain":
-                        metas[variant].append(run_meta(home, "bench"))
-                    if not (variant == "flor_every" and rnd == rounds - 1):  # the last is replayed below
-                        shutil.rmtree(home, ignore_errors=True)
+            # probe: each every-epoch run's own copy of its state into pinned buffers, waited for
+            times, loops, metas, probe = interleaved(args, rounds, tmp, model, keep_last=True, **gpu_env)
             every = metas["flor_every"]
             epochs = every[0]["epochs_done"]
             stalls = [s for m in every for s in m["timings"]["stall_s"][1:]]  # the first learns the block

@@ -12,7 +12,6 @@ CPU seconds per epoch that checkpointing costs on a machine without a GPU.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import tempfile
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from common import TRAIN, env, loop_seconds, median, run, run_meta, save, table
+from common import TRAIN, interleaved, median, save, table
 
 MODELS = {"cnn": ["--model", "cnn", "--epochs", "6", "--steps", "25"],
           "big": ["--model", "big", "--epochs", "5", "--steps", "12", "--batch", "32"]}
@@ -54,23 +53,8 @@ def main() -> None:
     results, rows = {}, []
     try:
         for model, margs in models.items():
-            times: dict[str, list[float]] = {"plain": [], "flor": [], "flor_every": []}
-            loops: dict[str, list[float]] = {k: [] for k in times}
-            metas: dict[str, list[dict]] = {"flor": [], "flor_every": []}
-            same_process: list[float] = []  # the state copied into reused buffers after the loop, per run
-            for rep in range(reps):  # interleaved, so drifts in machine speed hit all variants alike
-                for variant in times:
-                    home = tmp / f"{model}-{variant}-{rep}"
-                    flags = [] if variant == "plain" else ["--flor", "bench"]
-                    extra = {"FLOR_EVERY": "1"} if variant == "flor_every" else {}
-                    wall, proc = run([str(TRAIN), *margs, *flags, "--memcpy-probe"], env(home, **extra))
-                    times[variant].append(wall)
-                    loops[variant].append(loop_seconds(proc))
-                    if variant == "flor_every":
-                        same_process.append(float(re.search(r"MEMCPY_GBPS ([\d.]+)", proc.stdout).group(1)))
-                    if variant != "plain":
-                        metas[variant].append(run_meta(home, "bench"))
-                    shutil.rmtree(home, ignore_errors=True)
+            # the state copied into reused buffers after the loop, per run: same_process
+            times, loops, metas, same_process = interleaved([str(TRAIN), *margs], reps, tmp, model)
             epochs = metas["flor_every"][0]["epochs_done"]
             stalls = [s for m in metas["flor_every"] for s in m["timings"]["stall_s"][1:]]  # first: allocation
             # each run's median stall beside the same process's memcpy of the same tensors
