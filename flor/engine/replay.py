@@ -8,10 +8,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .._fmt import listed
-from ..errors import CheckpointError, FlorError, ReplayError, StateError
+from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError
 from ..logs import LogWriter, record_key, same_value
 from ..store.layout import RunLayout
 from ..store.runlogs import read_run_logs, retire_worker_files
@@ -337,6 +337,8 @@ class ReplaySession(Session):
                 else:
                     manifest = self.store.read_manifest(self.run, name, epoch, occ)
                     self._start_like_recording(manifest, name, epoch)
+            except ConfigError:  # this process cannot replay the recording (its GPUs): not the checkpoint
+                raise
             except FlorError as exc:
                 if not self.anchored:
                     raise CheckpointError(
@@ -356,20 +358,39 @@ class ReplaySession(Session):
         are seeded from the OS when a script does not seed them): the block's own draws then
         match the recording, and its end state can be checked against it.
         """
-        from ..state import capture_rng, decode, diff_rng, restore_rng, snapshot
+        from ..state import capture_rng, diff_rng, restore_rng, snapshot
 
         if "rng_start" not in manifest:
             return
-        now = snapshot(capture_rng(like=manifest["rng_start"]), copy=False).materialize()
-        differs = sorted({p.split(".")[0].split("[")[0] for p in diff_rng(manifest["rng_start"], now)})
+        captured = capture_rng(like=manifest["rng_start"])
+        now = snapshot(captured, copy=False).materialize()
+        differs = sorted({p.split(".")[0].split("[")[0]
+                          for p in diff_rng(manifest["rng_start"], now, self._undrawn(manifest, "rng_start", captured))})
         if differs:
-            cache = self.store.blobs.get_many(blob_hashes(manifest["rng_start"]))
-            restore_rng(decode(manifest["rng_start"], cache.__getitem__, path="rng_start",
-                               pickles=self._pickles(manifest)))
+            restore_rng(self._recorded_rng(manifest, "rng_start"))
             if not self._rng_noted:
                 self._rng_noted = True
                 self.note(f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
                           "differed from the recording (is that generator seeded?); flor set it as recorded")
+
+    def _recorded_rng(self, manifest: dict, key: str) -> dict:
+        """A checkpoint's recorded random state (``rng`` or ``rng_start``), decoded."""
+        from ..state import decode
+
+        cache = self.store.blobs.get_many(blob_hashes(manifest[key]))
+        return decode(manifest[key], cache.__getitem__, path=key, pickles=self._pickles(manifest))
+
+    def _undrawn(self, manifest: dict, key: str, captured: dict) -> Callable[[int, int], bool]:
+        """``diff_rng``'s check of the CUDA generators only one side has a device for: nothing
+        drew from them, in the recording (its blobs are read only then) or in this process."""
+        from ..state import cuda_undrawn
+
+        def undrawn(recorded: int, now: int) -> bool:
+            state = self._recorded_rng(manifest, key)
+            return isinstance(state, dict) and cuda_undrawn(list(state.get("cuda", []))[now:]) \
+                and cuda_undrawn(list(captured.get("cuda", []))[recorded:])
+
+        return undrawn
 
     def _load(self, key: tuple[str, int | None, int]) -> tuple[dict, dict[str, bytes]]:
         """A checkpoint's manifest and the verified bytes of every blob it names."""
@@ -436,9 +457,11 @@ class ReplaySession(Session):
         from ..state import capture_rng, diff_nodes, diff_rng, snapshot
 
         now_objs = snapshot(list(objs), copy=False).materialize()
-        now_rng = snapshot(capture_rng(like=manifest["rng"]), copy=False).materialize()
+        captured = capture_rng(like=manifest["rng"])
+        now_rng = snapshot(captured, copy=False).materialize()
         diffs = [self._label(p, manifest) for p in diff_nodes(manifest["objects"], now_objs)]
-        rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state" for p in diff_rng(manifest["rng"], now_rng)})
+        rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state"
+                            for p in diff_rng(manifest["rng"], now_rng, self._undrawn(manifest, "rng", captured))})
         if not diffs and not rng_diffs:
             event.action = "matched"
             self.from_restore = False

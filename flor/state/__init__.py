@@ -52,7 +52,7 @@ from .decode import REFUSE_PICKLES, PickleTrust, decode, restore, restore_all
 from .encode import snapshot, snapshot_rng
 from .nodes import Loader
 from .pending import PACK_ALL_BYTES, PACK_LEAF_BYTES, BufferPool, PackIndex, Pending, hash_and_pack
-from .rng import RNG_BYTES, capture_rng, restore_rng, same_rng
+from .rng import RNG_BYTES, capture_rng, cuda_undrawn, restore_rng, same_rng
 
 __all__ = [
     "BufferPool",
@@ -66,6 +66,7 @@ __all__ = [
     "RNG_BYTES",
     "TreeCache",
     "capture_rng",
+    "cuda_undrawn",
     "same_rng",
     "decode",
     "diff_nodes",

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from ..leaves import LEAF_KINDS
 from ..logs import same_value
@@ -60,7 +60,7 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if same_value(a, b, exact_type=True) else [path or "<root>"]
 
 
-def diff_rng(recorded: Any, now: Any) -> list[str]:
+def diff_rng(recorded: Any, now: Any, undrawn: Callable[[int, int], bool] | None = None) -> list[str]:
     """``diff_nodes`` of two materialized random states (``capture_rng``), where a CUDA
     generator that one side has and the other lacks is no difference. A process captures
     CUDA's generators only once CUDA is initialized in it: one that has not initialized it has
@@ -69,13 +69,49 @@ def diff_rng(recorded: Any, now: Any) -> list[str]:
     log statement computing on the GPU, run metadata); a CPU script's probed replay on a GPU
     machine reported every block diverged.
 
+    Where both hold CUDA generators for different numbers of devices (recorded where the
+    process saw 8 GPUs, replayed by a worker that sees one), the devices both have compare,
+    and the others are no difference if ``undrawn(recorded_count, now_count)`` says nothing
+    drew from them on either side (``flor.state.rng.cuda_undrawn``); without it, they are.
+
     >>> node = lambda *keys: {"t": "dict", "k": list(keys), "v": [{"t": "int", "v": 1} for _ in keys]}
     >>> diff_rng(node("python", "numpy", "torch", "cuda"), node("python", "numpy", "torch"))
     []
     >>> diff_nodes(node("python", "numpy", "torch", "cuda"), node("python", "numpy", "torch"))
     ['.<keys>']
+    >>> devices = lambda n: {"t": "dict", "k": ["cuda"], "v": [{"t": "list", "v": [{"t": "int", "v": 1}] * n}]}
+    >>> diff_rng(devices(4), devices(1)), diff_rng(devices(4), devices(1), lambda r, n: True)
+    (['cuda.<devices>'], [])
     """
-    return diff_nodes(*_without_one_sided_cuda(recorded, now))
+    a, b = _without_one_sided_cuda(recorded, now)
+    a, b, counts = _common_cuda_devices(a, b)
+    out = diff_nodes(a, b)
+    if counts is not None and not (undrawn is not None and undrawn(*counts)):
+        out.append("cuda.<devices>")
+    return out
+
+
+def _common_cuda_devices(a: Any, b: Any) -> tuple[Any, Any, tuple[int, int] | None]:
+    """Both trees with their CUDA generator lists cut to the devices both have, and the two
+    device counts where they differ (else None)."""
+    def cuda_list(node: Any) -> Any:
+        if isinstance(node, dict) and node.get("t") == "dict" and isinstance(node.get("k"), list) \
+                and isinstance(node.get("v"), list) and "cuda" in node["k"]:
+            found = node["v"][node["k"].index("cuda")]
+            if isinstance(found, dict) and found.get("t") in ("list", "tuple") and isinstance(found.get("v"), list):
+                return found
+        return None
+
+    ca, cb = cuda_list(a), cuda_list(b)
+    if ca is None or cb is None or len(ca["v"]) == len(cb["v"]):
+        return a, b, None
+    n = min(len(ca["v"]), len(cb["v"]))
+
+    def cut(node: dict, devices: dict) -> dict:
+        i = node["k"].index("cuda")
+        return {**node, "v": [*node["v"][:i], {**devices, "v": devices["v"][:n]}, *node["v"][i + 1:]]}
+
+    return cut(a, ca), cut(b, cb), (len(ca["v"]), len(cb["v"]))
 
 
 def _without_one_sided_cuda(a: Any, b: Any) -> tuple[Any, Any]:

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import StateError
+from ..errors import ConfigError, StateError
 
-__all__ = ["RNG_BYTES", "NumpyRaw", "capture_rng", "restore_rng", "same_rng", "settled"]
+__all__ = ["RNG_BYTES", "NumpyRaw", "capture_rng", "cuda_offset", "cuda_undrawn", "restore_rng", "same_rng",
+           "settled"]
 
 
 #: about the bytes one capture_rng() holds on the CPU (Python 2.5 kB, NumPy 2.5 kB, torch 5 kB)
@@ -126,15 +127,41 @@ def restore_rng(state: Any) -> None:
                          "is damaged") from exc
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
-        if not isinstance(cuda, (list, tuple)) or len(cuda) != torch.cuda.device_count():
-            raise StateError(
-                f"the recording saw {len(cuda) if isinstance(cuda, (list, tuple)) else '?'} CUDA devices, this "
-                f"process sees {torch.cuda.device_count()}; replay with the same CUDA_VISIBLE_DEVICES count"
+        if not isinstance(cuda, (list, tuple)):
+            raise StateError("the recorded CUDA random state is not a list of device states; the checkpoint is damaged")
+        count = torch.cuda.device_count()
+        drawn = [i for i in range(count, len(cuda)) if cuda_offset(cuda[i]) != 0]
+        if drawn:  # the environment, not the checkpoint: this worker cannot replay it
+            raise ConfigError(
+                f"the recording drew random numbers on CUDA device{'s' * (len(drawn) > 1)} "
+                f"{', '.join(map(str, drawn))} (it saw {len(cuda)} GPUs) and this "
+                f"process sees {count}; replay where {drawn[-1] + 1} or more GPUs are visible (CUDA_VISIBLE_DEVICES)"
             )
-        try:
-            torch.cuda.set_rng_state_all(cuda)
+        try:  # the devices both see; the recording's others were never drawn from, this process's own
+            for device, generator in enumerate(cuda[:count]):  # others it never saw (the script seeded them)
+                torch.cuda.set_rng_state(generator, device)
         except Exception as exc:  # noqa: BLE001
             raise StateError(f"the recorded CUDA random state cannot be set ({exc}); the checkpoint is damaged") from exc
+
+
+def cuda_offset(state: Any) -> int | None:
+    """How far a CUDA generator has drawn since it was seeded (its Philox offset), from its
+    ``get_rng_state`` bytes (the seed, then the offset: 8 bytes each); None where the state
+    has another form. A recording made where a process saw several GPUs holds every one's
+    generator, and a replay worker sees one (``flor replay`` gives each a GPU): a device it
+    lacks is no difference as long as nothing drew from it (offset 0).
+
+    >>> cuda_offset(torch.tensor([42, 0]).view(torch.uint8)), cuda_offset(torch.tensor([42, 8]).view(torch.uint8))
+    (0, 8)
+    """
+    if type(state) is not torch.Tensor or state.dtype is not torch.uint8 or not state.is_cpu or state.numel() != 16:
+        return None
+    return int(struct.unpack("=Qq", state.contiguous().numpy().tobytes())[1])
+
+
+def cuda_undrawn(states: Any) -> bool:
+    """Whether no CUDA generator among ``states`` has drawn a number since it was seeded."""
+    return isinstance(states, (list, tuple)) and all(cuda_offset(s) == 0 for s in states)
 
 
 def _python_words_listed(tree: Any) -> bool:
