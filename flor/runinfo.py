@@ -372,6 +372,9 @@ def versions() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - metadata must never fail a run
         out.setdefault("torch", None)
     out["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    from .malloc import done
+
+    out["malloc"] = done()  # whether flor raised glibc's thresholds in this process (flor.malloc)
     return out
 
 

@@ -30,6 +30,8 @@ flag                           variable             meaning
 (none)                         ``FLOR_WRITER_MEMORY`` record: bytes of snapshots queued for the background
                                                     writer, e.g. 512MB (min(1 GiB, 10% of RAM)); past it an
                                                     epoch's checkpoint is skipped, never waited for
+(none)                         ``FLOR_MALLOC``      ``default``: leave glibc's malloc thresholds alone
+                                                    (``flor.malloc``)
 (none)                         ``FLOR_REPLAY_ID``   shared id of the workers of one replay
 (none)                         ``FLOR_DEBUG=1``     a FlorError ends the script with its traceback too
                                                     (else one line ``flor: error: ...``, exit status 2)
