@@ -8,10 +8,10 @@ and 64 MiB (trim) after a free of a block of 32 MiB. A CPU training step whose t
 up to more than the trim threshold (Adam's intermediate tensors, activations) then gives its
 heap back at every step and page-faults it in again at the next: on this project's 2-core VM
 the 70 MB MLP of ``benchmarks/vs_flor.py`` page-faulted ~200,000 times an epoch in one run,
-~0 times in another (which one a run gets depends on the order of its first frees), 10-20% of
-its training time. The original FLOR (pyflor) pickles every checkpoint into a ~23 MB buffer
-and frees it, which raises the thresholds as a side effect: its recordings ran at the fast
-end. flor raises them on purpose when a session starts (record and replay alike), by
+~0 times in another (which one a run gets varied from run to run), 10-20% of its training
+time. The original FLOR (pyflor) pickles each checkpointed object to time it (the model: a
+~23 MB buffer) and frees it, which raises the thresholds as a side effect: its recordings ran
+at the fast end. flor raises them on purpose when a session starts (record and replay alike), by
 allocating and freeing one such block, so that a recording's (and its replays') training
 runs at the fast end every time: what glibc's own policy does, at most 64 MiB of free memory
 kept at the top of each heap rather than given back.
