@@ -11,7 +11,9 @@ repo on such a branch, with HOME pointed at a temp folder (pyflor stores in ~/.f
 
 Script: benchmarks/vs_flor_train.py, a ~70 MB checkpoint (MLP + Adam), a checkpoint at every
 epoch (this flor: FLOR_EVERY=1; pyflor: epsilon 0.99, which its adaptive rule then always meets).
-Per round, in turn: plain, this flor, pyflor; the same three again with glibc's heap kept
+Per round, in turn: plain, plain with glibc's malloc thresholds raised as a flor session
+raises them (``flor.malloc``: flor's checkpoints alone against it), this flor, pyflor; the
+same three again with glibc's heap kept
 (``PINNED``: MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ at 1 GiB); then an outer-loop replay
 (a weight-norm log added outside the block) with each, both reading their checkpoints from the disk
 (evicted from the page cache first, as days after the run). Reported: whole-process wall (median of
@@ -19,13 +21,15 @@ the rounds), overhead vs plain, peak memory (ru_maxrss of the child and its wait
 minor page faults (each run's too), bytes stored, replay wall, and the median of each round's
 ratios (robust to drifts of a shared machine), also this flor's recording over pyflor's directly. Results: results/vs_flor.json.
 
-Why the second set: the plain script page-faults ~1.4 million times (~4 s of system time on
-this VM) because glibc gives the top of its heap back to the kernel between training steps
-and takes it again. pyflor keeps a deep copy of every checkpoint in memory until the process
-exits (its peak memory), which holds the heap's top in place: its training thread
-page-faults a third as often and runs faster than plain, so its overhead reads at or below
-zero. With the heap kept in all three, that side effect is gone from the comparison and what
-remains is what each one's checkpoints cost.
+Why the other sets: with glibc's defaults the plain script page-faults ~1.4 million times in
+one run (~4 s of system time on this VM) and a quarter of that in the next, because glibc
+gives the top of its heap back to the kernel between training steps unless its dynamic trim
+threshold has risen above a step's temporaries. pyflor raises it as a side effect (it
+pickles the model's 23 MB state for timing and frees the buffer; without that pickle its runs
+fault like plain's, measured 12-04), so its recordings ran at the fast end. Since 12-04 a flor
+session raises the thresholds on purpose (``flor.malloc``), so this flor runs there too, and
+``plain_raised`` is plain in that state. With the heap kept in all three (``_pinned``), the
+allocator is out of the comparison and what remains is what each one's checkpoints cost.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ PYFLOR = "pyflor==2.4.0"
 #: glibc keeps its heap (freed memory is not given back to the kernel between training steps)
 PINNED = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
 RECORDS = ("plain", "flor", "pyflor")
+#: plain, with glibc's malloc thresholds raised as a flor session raises them (flor.malloc)
+RAISED = ("import runpy, sys; from flor.malloc import raise_thresholds; raise_thresholds(); "
+          "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 LAUNCH = '''import runpy, sys
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f) and "editable" not in getattr(f, "__module__", "")]
 sys.argv = sys.argv[1:]
@@ -99,7 +106,7 @@ def main() -> None:
             raise SystemExit(f"pyflor unavailable: {exc}")
         (tmp / "launch.py").write_text(LAUNCH)
         args = ["--epochs", str(epochs), "--steps", str(opts.steps)]
-        names = [*RECORDS, *(f"{k}_pinned" for k in RECORDS), "flor_replay", "pyflor_replay"]
+        names = [*RECORDS, "plain_raised", *(f"{k}_pinned" for k in RECORDS), "flor_replay", "pyflor_replay"]
         walls: dict[str, list[float]] = {k: [] for k in names}
         rss: dict[str, list[float]] = {k: [] for k in walls}
         faults: dict[str, list[int]] = {k: [] for k in walls}
@@ -125,6 +132,9 @@ def main() -> None:
                     ("pyflor_replay", [str(py), str(tmp / "launch.py"), "train.py", *args, "--hindsight",
                                        "--replay_flor"], pyenv)]
             plan[3:3] = [(f"{name}_pinned", cmd, {**env, **PINNED}) for name, cmd, env in plan[:3]]
+            # plain with glibc's thresholds raised as flor raises them (flor.malloc): flor's
+            # checkpoints alone, the allocator in the same state
+            plan[1:1] = [("plain_raised", [sys.executable, "-c", RAISED, "train.py", *args], base)]
             for name, cmd, env in plan:
                 if name.endswith("_replay"):  # both read their checkpoints from the disk, as days after the run
                     evict(tmp / f"florhome{r}", home / ".flor")
@@ -157,6 +167,9 @@ def main() -> None:
             "record_overhead": {k: med[k] / plain - 1 for k in ("flor", "pyflor")},
             "record_overhead_paired": {k: paired(k, "plain") for k in ("flor", "pyflor")},
             "record_overhead_paired_pinned": {k: paired(f"{k}_pinned", "plain_pinned") for k in ("flor", "pyflor")},
+            # against plain with glibc's thresholds raised as flor raises them (flor.malloc)
+            "record_overhead_paired_raised": {k: paired(k, "plain_raised") for k in ("flor", "pyflor")},
+            "plain_raised_over_plain": paired("plain_raised", "plain") + 1,
             "replay_paired_flor_over_pyflor": paired("flor_replay", "pyflor_replay") + 1,
             # this flor's recording over pyflor's, round by round: no plain run (and its fault mode) in between
             "record_paired_flor_over_pyflor": paired("flor", "pyflor") + 1,
@@ -164,7 +177,8 @@ def main() -> None:
             "stored_bytes": {k: median(v) for k, v in stored.items()},
             "replay_speedup_vs_plain": {k: plain / med[f"{k}_replay"] for k in ("flor", "pyflor")},
         }
-        rows = []
+        rows = [["plain_raised", med["plain_raised"], f"{paired('plain_raised', 'plain'):+.1%}",
+                 result["peak_rss_mib"]["plain_raised"], result["minor_faults"]["plain_raised"], "", ""]]
         for suffix in ("", "_pinned"):
             for k in RECORDS:
                 name = k + suffix
@@ -174,6 +188,8 @@ def main() -> None:
                              med.get(f"{k}_replay", "") if not suffix else ""])
         print(table(rows, ["variant", "record wall s", "overhead (paired)", "peak MiB", "minor faults", "stored",
                            "replay wall s"]))
+        print("against plain with glibc's thresholds raised: " + ", ".join(
+            f"{k} {v:+.1%}" for k, v in result["record_overhead_paired_raised"].items()))
         print(f"record flor/pyflor {result['record_paired_flor_over_pyflor']:.3f}x paired "
               f"({result['record_paired_flor_over_pyflor_pinned']:.3f}x heap kept)")
         print(f"replay flor/pyflor {result['replay_paired_flor_over_pyflor']:.2f}x paired (replays read from the "
