@@ -90,7 +90,7 @@ def install_error_hook(settings: Settings) -> None:
 def start(settings: Settings) -> "Session":
     from .malloc import raise_thresholds
 
-    raise_thresholds()  # a CPU training step no longer gives its heap back at every step (flor.malloc)
+    raise_thresholds(settings.malloc)  # a CPU training step no longer gives its heap back at every step (flor.malloc)
     if settings.mode == "record":
         from .engine.ddp import RankSession
         from .placement import record_rank

@@ -30,8 +30,8 @@ flag                           variable             meaning
 (none)                         ``FLOR_WRITER_MEMORY`` record: bytes of snapshots queued for the background
                                                     writer, e.g. 512MB (min(1 GiB, 10% of RAM)); past it an
                                                     epoch's checkpoint is skipped, never waited for
-(none)                         ``FLOR_MALLOC``      ``default``: leave glibc's malloc thresholds alone
-                                                    (``flor.malloc``)
+(none)                         ``FLOR_MALLOC``      ``default``: leave glibc's malloc thresholds alone;
+                                                    ``raise`` (the default): raise them once (``flor.malloc``)
 (none)                         ``FLOR_REPLAY_ID``   shared id of the workers of one replay
 (none)                         ``FLOR_DEBUG=1``     a FlorError ends the script with its traceback too
                                                     (else one line ``flor: error: ...``, exit status 2)
@@ -107,6 +107,7 @@ class Settings:
     debug: bool = False  # FLOR_DEBUG: show the traceback of a FlorError that ends the script
     flush_timeout: float = 20.0  # record: the exit waits this long for queued checkpoints (Slurm/k8s grace)
     writer_memory: int | None = None  # record: bytes of queued snapshots; None: min(1 GiB, 10% of RAM)
+    malloc: str = "raise"  # FLOR_MALLOC: "raise" glibc's thresholds once (flor.malloc) or leave them at "default"
 
     @property
     def experiment_dir(self) -> Path:
@@ -255,6 +256,16 @@ def _writer_settings(env: Mapping[str, str]) -> dict:
     return out
 
 
+def _malloc(env: Mapping[str, str]) -> str:
+    """``FLOR_MALLOC``: ``raise`` (unset or empty too) or ``default``."""
+    text = env.get("FLOR_MALLOC") or ""
+    value = text.strip().lower() or "raise"
+    if value not in ("raise", "default"):
+        raise ConfigError(f"FLOR_MALLOC={text!r} is not a malloc setting: write FLOR_MALLOC=default to leave "
+                          "glibc's malloc thresholds as they are, or unset it (flor raises them once)")
+    return value
+
+
 def _config_dir(env: Mapping[str, str]) -> Path:
     """flor's config folder (the HMAC key lives there): ``FLOR_CONFIG_DIR``, else
     ``$XDG_CONFIG_HOME/flor``, else ``~/.config/flor``."""
@@ -369,6 +380,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         raise ConfigError("--flor_strict and --flor_lenient contradict each other (strict fails on what lenient "
                           "lets pass): give one of them")
     debug = _parse_bool(env.get("FLOR_DEBUG", "0"), "FLOR_DEBUG")
+    malloc = _malloc(env)
     trust = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
         flags.get("--flor_trust_pickles") or env.get("FLOR_TRUST_PICKLES", "0"),
         "--flor_trust_pickles/FLOR_TRUST_PICKLES")}
@@ -384,12 +396,12 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
             raise ConfigError(
                 f"{replay_origin} needs an experiment to replay: add --flor NAME (or set FLOR_NAME)"
             )
-        return Settings(mode="inert", home=home, debug=debug, config_dir=trust["config_dir"], **spool), rest
+        return Settings(mode="inert", home=home, debug=debug, config_dir=trust["config_dir"], malloc=malloc, **spool), rest
     validate_name(name)
 
     if not replay:
         return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, strict=strict, debug=debug,
-                        config_dir=trust["config_dir"], **spool, **_writer_settings(env)), rest
+                        config_dir=trust["config_dir"], malloc=malloc, **spool, **_writer_settings(env)), rest
 
     if replay_value is not None and replay_value.strip().lower() not in ("", "all"):
         pid, ngpus = parse_segment(replay_value, replay_origin)
@@ -419,7 +431,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         Settings(
             mode="replay", name=name, home=home, pid=pid, ngpus=ngpus, placed_by=placed_by,
             run=run, strict=strict, lenient=lenient, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
-            threads=threads, debug=debug, **trust, **spool,
+            threads=threads, debug=debug, malloc=malloc, **trust, **spool,
         ),
         rest,
     )

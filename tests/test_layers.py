@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "flor"
 # DESIGN.md §7, top to bottom: each row may import the rows above it.
 LAYERS: list[tuple[str, ...]] = [
     ("flor._version", "flor.errors"),
-    ("flor._fmt",),
+    ("flor._fmt", "flor.malloc"),
     ("flor.placement",),
     ("flor.settings",),
     ("flor.plan", "flor.policy", "flor.verify"),
@@ -45,7 +45,7 @@ FORBIDDEN = {
 }
 
 # Pure layers: no torch, so settings and plans load in a launcher without it.
-NO_TORCH = ("flor._version", "flor.errors", "flor._fmt", "flor.settings", "flor.plan", "flor.policy")
+NO_TORCH = ("flor._version", "flor.errors", "flor._fmt", "flor.malloc", "flor.settings", "flor.plan", "flor.policy")
 
 
 def _module_name(path: Path) -> str:

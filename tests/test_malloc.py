@@ -45,7 +45,8 @@ if sys.argv[1] == "session":
     said = done()
 else:
     from flor.malloc import raise_thresholds
-    said = raise_thresholds()
+    from flor.settings import parse
+    said = raise_thresholds(parse([], os.environ)[0].malloc)
 print(json.dumps({"before": before, "after": mmapped(24 << 20), "said": said}))
 '''
 

@@ -444,7 +444,7 @@ ABSURD = [
     (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": HUGE}),
     (["--flor", "t"], {"FLOR_WRITER_MEMORY": "abc"}), (["--flor", "t"], {"FLOR_WRITER_MEMORY": "0"}),
     (["--flor", "t"], {"FLOR_WRITER_MEMORY": "9" * 400 + "TB"}),
-    (["--flor", "t"], {"FLOR_DEBUG": "maybe"}),
+    (["--flor", "t"], {"FLOR_DEBUG": "maybe"}), (["--flor", "t"], {"FLOR_MALLOC": "off"}),
     (["--flor", "t", "--replay_flor"], {"RANK": "5", "WORLD_SIZE": "2"}),
     (["--flor", "t", "--replay_flor"], {"SLURM_PROCID": HUGE, "SLURM_NTASKS": HUGE + "9"}),
     (["--flor", "t", "--flor_bogus", "1"], {}), (["--flor", "t", "--flor", "u"], {}), (["--flor"], {}),
