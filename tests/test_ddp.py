@@ -100,3 +100,40 @@ def test_torchrun_places_replay_workers_with_one_replay_id(ddp):
     assert values([x for x in read_run_logs(run, run.name) if x["source"] == "replay"]) == \
         values(ddp.logs("toy-full"), "record")
     assert full.returncode == 0
+
+
+GROUP_FREED = '''
+import gc, weakref
+import torch
+import torch.distributed as dist
+import flor
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+w = torch.zeros(3)
+for epoch in flor.it(range(2)):
+    if flor.SkipBlock.step_into("block"):
+        g = torch.ones(3)
+        dist.all_reduce(g)
+        w += g
+    w = flor.SkipBlock.end(w)
+    flor.log("w", float(w.sum()))
+pg = weakref.ref(dist.group.WORLD)
+dist.destroy_process_group()
+gc.collect()
+print(f"rank {rank} process group freed: {pg() is None}")
+'''
+
+
+def test_flor_holds_no_process_group_past_destroy_process_group(tmp_path):
+    """flor's fingerprint check must not keep the script's process group alive: one held past
+    ``destroy_process_group`` is freed at interpreter exit, where gloo's threads can abort the
+    rank (CI saw 'terminate called without an active exception', SIGABRT, on rank 1)."""
+    r = Runner(tmp_path)
+    (tmp_path / "group_freed.py").write_text(GROUP_FREED)
+    proc = torchrun(r, "group_freed.py", "--flor", "freed")
+    assert sorted(line for line in proc.stdout.splitlines() if "freed" in line) == \
+        ["rank 0 process group freed: True", "rank 1 process group freed: True"]
+    logs = read_run_logs(next((r.home / "freed" / "runs").iterdir()), "x", ranks=True)
+    assert sorted((x.get("rank", 0), x["epoch"], x["value"]) for x in logs if x["name"] == "w") == \
+        [(0, 0, 6.0), (0, 1, 12.0), (1, 0, 6.0), (1, 1, 12.0)]  # 3 elements, 2 ranks, 2 epochs

@@ -25,6 +25,7 @@ in their collectives, so it is refused (``check_replay_world``).
 from __future__ import annotations
 
 import os
+import weakref
 from datetime import timedelta
 from typing import Any, Iterator, Mapping
 
@@ -150,7 +151,8 @@ class RankLink:
 
     def __init__(self, name: str, rank: int, world: int) -> None:
         self.name, self.rank, self.world = name, rank, world
-        self._group: Any = None
+        self._group: Any = None  # NCCL only: flor's gloo group beside the script's default group
+        self._group_of: Any = None  # a weak reference to that default group
         self._warned: set[str] = set()
 
     @classmethod
@@ -170,11 +172,10 @@ class RankLink:
         """
         dist = _dist()
         if dist is None or _group_size() is None:
+            self.release()  # the script destroyed its process group: hold nothing of it
             return []
-        if self._group is None:  # NCCL gathers objects through the GPU; a gloo group keeps it on the host
-            self._group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
         prints: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(prints, [fingerprint(o) for o in objs], group=self._group)
+        dist.all_gather_object(prints, [fingerprint(o) for o in objs], group=self._gather_group(dist))
         differ = [r for r, fp in enumerate(prints) if fp != prints[0]]
         if differ and meta is not None:
             args = sorted({i for fp in prints[1:] for i, (a, b) in enumerate(zip(prints[0], fp)) if a != b})
@@ -189,6 +190,25 @@ class RankLink:
                      "so values only the other ranks computed are not reproducible. Unsynchronized BatchNorm "
                      "statistics or rank-dependent seeds do this; see run.json's rank_mismatches")
         return differ
+
+    def _gather_group(self, dist: Any) -> Any:
+        """Where the fingerprints are gathered: the default group (None) where it is gloo; beside
+        NCCL, which gathers objects through the GPU, a gloo group of flor's own, made once per
+        default group. The default group itself is never held: a reference kept past the script's
+        ``destroy_process_group`` would free gloo's threads at interpreter exit, which can abort
+        the process ("terminate called without an active exception"), and a group the script
+        makes again would be gathered through the old one."""
+        if dist.get_backend() == "gloo":
+            return None
+        world = dist.group.WORLD
+        if self._group is None or self._group_of is None or self._group_of() is not world:
+            self._group = dist.new_group(backend="gloo")
+            self._group_of = weakref.ref(world)
+        return self._group
+
+    def release(self) -> None:
+        """Drop flor's own group (at the session's close, while the interpreter is whole)."""
+        self._group = self._group_of = None
 
 
 class RankSession(Session):
@@ -239,6 +259,7 @@ class RankSession(Session):
             return
         self._closed = True
         self.mark("end")
+        self.link.release()
         if self.logs is not None:
             self.logs.flush()
         self.untee_output()

@@ -272,6 +272,8 @@ class RecordSession(Checkpointing, Session):
             return
         self._closed = True
         self.close_left_open("at exit")
+        if self.ranks is not None:
+            self.ranks.release()
         if self.loop == "in" and self.epoch is not None and self.exit_error is None:
             # the script ended inside the loop without an error: it left the loop (a `break` on a
             # loop object it still holds, or sys.exit) after the body of this epoch ran
