@@ -115,8 +115,25 @@ def table(rows: list[list[Any]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-#: the variants the overhead benchmarks interleave: no flor, flor at the default budget, flor every epoch
-VARIANTS = ("plain", "flor", "flor_every")
+#: the variants the overhead benchmarks interleave: no flor; no flor with glibc's malloc
+#: thresholds raised as a flor session raises them (flor.malloc), so that the checkpoints'
+#: cost is measured apart from that; flor at the default budget; flor every epoch
+VARIANTS = ("plain", "plain_raised", "flor", "flor_every")
+#: ``python -c RAISED SCRIPT ARGS...``: SCRIPT run as plain, after flor.malloc's one malloc and free
+RAISED = ("import runpy, sys; from flor.malloc import raise_thresholds; raise_thresholds(); "
+          "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def overheads(times: dict[str, list[float]], loops: dict[str, list[float]]) -> dict[str, float]:
+    """flor's overheads at the default budget and every epoch, end to end and in the loop, the
+    median over rounds of each interleaved pair's ratio: against plain, and (``*_vs_raised``)
+    against plain with glibc's thresholds raised as flor raises them."""
+    out = {}
+    for base, suffix in (("plain", ""), ("plain_raised", "_vs_raised")):
+        for variant, name in (("flor", "default"), ("flor_every", "every_epoch")):
+            out[f"overhead_{name}{suffix}"] = median([f / p for f, p in zip(times[variant], times[base])]) - 1
+            out[f"loop_overhead_{name}{suffix}"] = median([f / p for f, p in zip(loops[variant], loops[base])]) - 1
+    return out
 
 
 def interleaved(args: list[str], rounds: int, tmp: Path, tag: str, keep_last: bool = False,
@@ -133,14 +150,15 @@ def interleaved(args: list[str], rounds: int, tmp: Path, tag: str, keep_last: bo
     for rnd in range(rounds):
         for variant in VARIANTS:
             home = tmp / f"{tag}-{variant}-{rnd}"
-            flags = [] if variant == "plain" else ["--flor", "bench"]
+            flags = [] if variant.startswith("plain") else ["--flor", "bench"]
             every = {"FLOR_EVERY": "1"} if variant == "flor_every" else {}
-            wall, proc = run([*args, *flags, "--memcpy-probe"], env(home, **extra, **every))
+            raised = ["-c", RAISED] if variant == "plain_raised" else []
+            wall, proc = run([*raised, *args, *flags, "--memcpy-probe"], env(home, **extra, **every))
             times[variant].append(wall)
             loops[variant].append(loop_seconds(proc))
             if variant == "flor_every":
                 memcpy.append(float(re.search(r"MEMCPY_GBPS ([\d.]+)", proc.stdout).group(1)))
-            if variant != "plain":
+            if variant in metas:
                 metas[variant].append(run_meta(home, "bench"))
             if not (keep_last and variant == "flor_every" and rnd == rounds - 1):
                 shutil.rmtree(home, ignore_errors=True)

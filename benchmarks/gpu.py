@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import TRAIN, env, interleaved, median, run, save, table
+from common import TRAIN, env, interleaved, overheads, median, run, save, table
 
 # GPU epochs of a tenth to a third of a second: longer than the CPU benchmarks' (the same
 # model trains ~50x faster), short enough that the whole benchmark takes a few minutes
@@ -74,10 +74,8 @@ def main() -> None:
             copy_s = state / (median(probe) * 1e9)  # the same bytes, device to pinned host memory, waited for
             r = {
                 "plain_s": median(times["plain"]), "flor_s": median(times["flor"]), "flor_every_s": median(times["flor_every"]),
-                "overhead_default": median([f / p for f, p in zip(times["flor"], times["plain"])]) - 1,
-                "overhead_every_epoch": median([f / p for f, p in zip(times["flor_every"], times["plain"])]) - 1,
-                "loop_overhead_default": median([f / p for f, p in zip(loops["flor"], loops["plain"])]) - 1,
-                "loop_overhead_every_epoch": median([f / p for f, p in zip(loops["flor_every"], loops["plain"])]) - 1,
+                "plain_raised_s": median(times["plain_raised"]),
+                **overheads(times, loops),  # the median over rounds of each interleaved pair's ratio
                 "epochs": epochs, "epoch_s": median([s for m in every for s in m["timings"]["epoch_s"]]),
                 "default_checkpoints": [len(m["checkpoint_policy"]["checkpointed_epochs"]) for m in metas["flor"]],
                 "charged": sorted({m["checkpoint_policy"]["charged"] for m in metas["flor"]}),

@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import dir_bytes, evict, median, save, table
+from common import RAISED, dir_bytes, evict, median, save, table
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "vs_flor_train.py"
@@ -51,9 +51,6 @@ PYFLOR = "pyflor==2.4.0"
 #: glibc keeps its heap (freed memory is not given back to the kernel between training steps)
 PINNED = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
 RECORDS = ("plain", "flor", "pyflor")
-#: plain, with glibc's malloc thresholds raised as a flor session raises them (flor.malloc)
-RAISED = ("import runpy, sys; from flor.malloc import raise_thresholds; raise_thresholds(); "
-          "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 LAUNCH = '''import runpy, sys
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f) and "editable" not in getattr(f, "__module__", "")]
 sys.argv = sys.argv[1:]
