@@ -297,3 +297,23 @@ def test_pooled_snapshots_reuse_buffers_and_stay_exact():
     assert diff_nodes(tree1, tree2) == ["[0].weight"]
     restored = restore([torch.nn.Linear(64, 32)], tree2, blobs.__getitem__)[0]
     assert torch.equal(restored.weight, net.weight + 1) and torch.equal(restored.bias, net.bias)
+
+
+def test_the_pool_never_asks_torch_whether_a_buffer_is_pinned(monkeypatch):
+    """On a GPU machine ``Tensor.is_pinned()`` asks the CUDA driver, which in some torch
+    releases initializes CUDA in a process that trains on the CPU; the pool knows which
+    buffers it pinned."""
+    from flor.state import BufferPool
+
+    def asked(self, *args, **kwargs):
+        raise AssertionError("BufferPool asked torch whether a buffer is pinned")
+
+    pool = BufferPool()
+    net = torch.nn.Linear(64, 32)
+    first = snapshot([net], pool=pool)
+    buffers = {b.data_ptr() for b in first.buffers}
+    monkeypatch.setattr(torch.Tensor, "is_pinned", asked)
+    first.materialize(MemoryBlobs().put)  # gives its buffers back
+    monkeypatch.undo()
+    assert {b.data_ptr() for b in snapshot([net], pool=pool).buffers} == buffers  # reused as unpinned buffers
+    assert pool.nbytes == 0

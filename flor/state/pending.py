@@ -9,6 +9,7 @@ import ctypes
 import hashlib
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -66,10 +67,16 @@ class BufferPool:
     Copying into memory that was already touched runs at memcpy speed; a fresh allocation
     pays page faults on every epoch (measured here: 9-12 GB/s vs 0.85-2.7 GB/s). Buffers
     for CUDA tensors are pinned, so device-to-host copies can run asynchronously.
+
+    The pool remembers which buffers it pinned rather than asking ``Tensor.is_pinned()``: on
+    a machine with a GPU that asks the CUDA driver about the pointer, which in some torch
+    releases initializes CUDA (a context on the GPU, and forked DataLoader workers that can
+    no longer use it) in a process that trains on the CPU.
     """
 
     def __init__(self) -> None:
         self._free: dict[tuple[int, bool], list[torch.Tensor]] = {}
+        self._pinned: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()  # id -> made pinned
         self._lock = threading.Lock()
 
     def take(self, nbytes: int, *, pinned: bool = False) -> torch.Tensor:
@@ -77,12 +84,17 @@ class BufferPool:
             free = self._free.get((nbytes, pinned))
             if free:
                 return free.pop()
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) if pinned else _aligned_empty(nbytes)
+        if not pinned:
+            return _aligned_empty(nbytes)
+        buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        with self._lock:
+            self._pinned[id(buf)] = buf
+        return buf
 
     def give(self, buffers: list[torch.Tensor]) -> None:
         with self._lock:
             for buf in buffers:
-                self._free.setdefault((buf.numel(), buf.is_pinned()), []).append(buf)
+                self._free.setdefault((buf.numel(), self._pinned.get(id(buf)) is buf), []).append(buf)
 
     @property
     def nbytes(self) -> int:
