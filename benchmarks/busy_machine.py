@@ -5,8 +5,9 @@ job or a neighbour's process would), and the same training script runs without f
 with ``--flor``, interleaved, so drifts in machine speed hit both alike. The figure is the
 median over pairs of end-to-end wall time (process start to exit, the exit flush included),
 flor / plain, and flor / plain with glibc's malloc thresholds raised as a flor session raises
-them (``plain_raised``, flor.malloc): the checkpoints' own cost. With the background writer at ``SCHED_IDLE`` (before issue #11) this setup
-measured +380%: the writer got no CPU, snapshots queued and the process waited at exit.
+them (``plain_raised``, flor.malloc): the checkpoints' own cost. With the background writer
+at ``SCHED_IDLE`` (before issue #11) this setup measured +380%: the writer got no CPU,
+snapshots queued and the process waited at exit.
 
     python benchmarks/busy_machine.py [--pairs 3] [--epochs 4] [--every-epoch]
 """
@@ -22,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import RAISED, TRAIN, env, median, run, run_meta, save, table
+from common import TRAIN, command, env, median, run, run_meta, save, table
 
 
 def busy_loops(n: int) -> list[subprocess.Popen]:
@@ -55,9 +56,7 @@ def main() -> None:
         for pair in range(opts.pairs):
             for variant, extra in variants.items():
                 home = tmp / f"{variant}-{pair}"
-                flags = [] if variant.startswith("plain") else ["--flor", "busy"]
-                raised = ["-c", RAISED] if variant == "plain_raised" else []
-                wall, _ = run([*raised, *args, *flags], env(home, **extra))
+                wall, _ = run(command(variant, args, "busy"), env(home, **extra))
                 times[variant].append(wall)
                 if variant in metas:
                     metas[variant].append(run_meta(home, "busy"))

@@ -124,6 +124,14 @@ RAISED = ("import runpy, sys; from flor.malloc import raise_thresholds; raise_th
           "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
+def command(variant: str, args: list[str], name: str) -> list[str]:
+    """``python``'s arguments for ``args`` run as ``variant``: plain, plain_raised (after
+    flor.malloc's one malloc and free) or, for any other variant, recorded as ``--flor NAME``."""
+    if variant == "plain_raised":
+        return ["-c", RAISED, *args]
+    return args if variant == "plain" else [*args, "--flor", name]
+
+
 def overheads(times: dict[str, list[float]], loops: dict[str, list[float]]) -> dict[str, float]:
     """flor's overheads at the default budget and every epoch, end to end and in the loop, the
     median over rounds of each interleaved pair's ratio: against plain, and (``*_vs_raised``)
@@ -150,10 +158,8 @@ def interleaved(args: list[str], rounds: int, tmp: Path, tag: str, keep_last: bo
     for rnd in range(rounds):
         for variant in VARIANTS:
             home = tmp / f"{tag}-{variant}-{rnd}"
-            flags = [] if variant.startswith("plain") else ["--flor", "bench"]
             every = {"FLOR_EVERY": "1"} if variant == "flor_every" else {}
-            raised = ["-c", RAISED] if variant == "plain_raised" else []
-            wall, proc = run([*raised, *args, *flags, "--memcpy-probe"], env(home, **extra, **every))
+            wall, proc = run([*command(variant, args, "bench"), "--memcpy-probe"], env(home, **extra, **every))
             times[variant].append(wall)
             loops[variant].append(loop_seconds(proc))
             if variant == "flor_every":

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import TRAIN, env, interleaved, overheads, median, run, save, table
+from common import TRAIN, env, interleaved, median, overheads, run, save, table
 
 # GPU epochs of a tenth to a third of a second: longer than the CPU benchmarks' (the same
 # model trains ~50x faster), short enough that the whole benchmark takes a few minutes

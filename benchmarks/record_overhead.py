@@ -2,10 +2,11 @@
 
 Reports end-to-end and in-loop overhead at the default budget and with a checkpoint forced
 at every epoch, against plain and against plain with glibc's malloc thresholds raised as a
-flor session raises them (``plain_raised``: flor.malloc; what remains is the checkpoints' cost), the training-thread stall per checkpoint (and its GB/s next to a same-run
-memcpy probe into reused vs fresh buffers, and each recording's own copy of the same tensors
-into reused buffers after its loop: ``--memcpy-probe``), bytes written per epoch, and the background
-CPU seconds per epoch that checkpointing costs on a machine without a GPU.
+flor session raises them (``plain_raised``: flor.malloc; what remains is the checkpoints'
+cost), the training-thread stall per checkpoint (and its GB/s next to a same-run memcpy probe
+into reused vs fresh buffers, and each recording's own copy of the same tensors into reused
+buffers after its loop: ``--memcpy-probe``), bytes written per epoch, and the background CPU
+seconds per epoch that checkpointing costs on a machine without a GPU.
 
     python benchmarks/record_overhead.py [--reps 3] [--quick]
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from common import TRAIN, interleaved, overheads, median, save, table
+from common import TRAIN, interleaved, median, overheads, save, table
 
 MODELS = {"cnn": ["--model", "cnn", "--epochs", "6", "--steps", "25"],
           "big": ["--model", "big", "--epochs", "5", "--steps", "12", "--batch", "32"]}

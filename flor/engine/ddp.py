@@ -201,7 +201,7 @@ class RankLink:
         if dist.get_backend() == "gloo":
             return None
         world = dist.group.WORLD
-        if self._group is None or self._group_of is None or self._group_of() is not world:
+        if self._group_of is None or self._group_of() is not world:  # set and dropped with _group
             self._group = dist.new_group(backend="gloo")
             self._group_of = weakref.ref(world)
         return self._group
