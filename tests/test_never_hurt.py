@@ -238,6 +238,58 @@ def test_full_disk_training_completes_and_replay_of_what_exists_is_exact(runner:
     assert f"{len(failed)} re-executed without a checkpoint" in replay.stderr
 
 
+def test_a_replay_whose_logs_cannot_be_written_still_checks_its_values(runner: Runner):
+    """A replay against a store it cannot write (every file the replay writes limited to 1
+    byte, as a full disk or read-only store does): the values it logs are still compared with
+    the recorded ones, from memory. An edited script that logs other values is DIVERGED (exit
+    3), not "verified exact" over the nothing that reached the disk; the same script is exact
+    and says its values were not stored."""
+    script = runner.cwd / "full.py"
+    script.write_text(FULL.replace("256", "8"))
+    runner.run(script, "--flor", "ro")
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1, 1))
+
+    def replay(path: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(path), "--flor", "ro", "--replay_flor"], cwd=runner.cwd,
+                              env=runner.env(), capture_output=True, text=True, timeout=300, preexec_fn=limit)
+
+    same = replay(script)
+    assert same.returncode == 0, same.stderr
+    assert "verified exact" in _verdict(same.stderr) and "8/8 shared log values equal" in same.stderr, same.stderr
+    assert "8 of this worker's logged values could not be written" in same.stderr, same.stderr
+    edited = runner.cwd / "edited.py"
+    edited.write_text(FULL.replace("256", "8").replace('flor.log("value", value)', 'flor.log("value", value + 1.0)'))
+    bad = replay(edited)
+    assert bad.returncode == 3, bad.stderr
+    assert "DIVERGED" in _verdict(bad.stderr) and "0/8 shared log values equal" in bad.stderr, bad.stderr
+
+
+def test_log_values_of_a_failed_write_are_written_when_the_disk_allows(tmp_path: Path):
+    """A flush that cannot write (here the log's path is a directory) keeps its records; the
+    next flush that can writes them first, in order, each once."""
+    from flor.logs import LogWriter, read_jsonl
+
+    path = tmp_path / "logs" / "record.jsonl"
+    path.mkdir(parents=True)
+    errors: list[int] = []
+    writer = LogWriter(path, on_error=lambda exc, n: errors.append(n))
+    for i in range(3):
+        writer.add("loss", float(i), i, None, None)
+    writer.flush()
+    writer.add("loss", 3.0, 3, None, None)
+    writer.flush()
+    assert errors == [3, 1] and [r["value"] for r in writer.unwritten] == [0.0, 1.0, 2.0, 3.0]
+    path.rmdir()
+    writer.add("loss", 4.0, 4, None, None)
+    writer.flush()
+    writer.flush()
+    assert [r["value"] for r in read_jsonl(path)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert writer.unwritten == [] and writer.lost == 0
+
+
 def test_an_unwritable_run_json_never_stops_training(runner: Runner):
     """run.json grows past a 3 KB file size limit (at the latest at exit, with its summaries):
     its writes fail, once warned about, and the script runs to its end as it does without flor."""

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from .._fmt import listed
 from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError
-from ..logs import LogWriter, record_key, same_value
+from ..logs import LogWriter, occurrence_keys, record_key, same_value
 from ..store.layout import RunLayout
 from ..store.runlogs import read_run_logs, retire_worker_files
 from ..logs.tensorboard import write_replay_events
@@ -513,6 +513,13 @@ class ReplaySession(Session):
         recorded = [r for r in records if r["source"] == "record"]
         mine = [r for r in records if r["source"] == "replay" and r["replay"] == self.replay_id
                 and r["worker"] == self.pid]
+        unwritten = self.logs.unwritten  # a read-only or full store: the values are checked all the same
+        if unwritten or self.logs.lost:
+            tag = {"run": self.run, "source": "replay", "replay": self.replay_id, "worker": self.pid}
+            mine = occurrence_keys([{**r, **tag} for r in mine] + [{**r, **tag} for r in unwritten])
+            self.note(f"{len(unwritten) + self.logs.lost} of this worker's logged values could not be written "
+                      f"to {self.logs.path}: they are checked below but not stored; free the disk or make the "
+                      "store writable and replay again to keep them")
         try:
             write_replay_events(self.layout.tb_replay(self.replay_id), self.pid, mine, recorded,
                                 int(self.meta.epochs_done or 0))
@@ -533,9 +540,6 @@ class ReplaySession(Session):
         s.notes = self.notes
         s.lenient = self.settings.lenient
         s.failed = f"{self.exit_error}: {self.exit_detail}" if self.exit_detail else self.exit_error  # names why
-        report = s.render(shown=self.notes)  # the notes were printed as they came
-        print(report, file=sys.stderr)
-        sys.stderr.flush()
         try:
             self.summary_path.write_text(json.dumps({
                 "replay": self.replay_id, "run": self.run, "worker": self.pid, "ngpus": self.ngpus,
@@ -546,6 +550,9 @@ class ReplaySession(Session):
             }, indent=1, default=str))
         except OSError as exc:
             print(f"flor: could not write {self.summary_path}: {exc}", file=sys.stderr)
+        report = s.render(shown=self.notes)  # the notes were printed as they came
+        print(report, file=sys.stderr)
+        sys.stderr.flush()
         self.untee_output()
         if self.settings.spool and self.store.blobs.remote is not None:  # this worker's logs join the spooled run
             from ..store.sync import spool_files

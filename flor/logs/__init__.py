@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
 import warnings
@@ -143,12 +144,18 @@ class LogWriter:
 
     Thread-safe: any thread may ``add`` while another flushes; each record is written exactly
     once. ``flush`` never raises: a record whose deferred device value cannot be read is
-    dropped, and a failed write (a full disk) drops that flush's records and is reported to
-    ``on_error(exc, count)``, so the training thread never sees it.
+    dropped, and a failed write (a full disk, a read-only store) is reported to
+    ``on_error(exc, count)``, so the training thread never sees it. The lines of a failed
+    write are cut back off the file (it keeps whole lines) and kept in memory, up to
+    ``KEEP_UNWRITTEN`` records, to be written first by the next flush: a disk that fills up
+    and frees again loses no values. ``unwritten`` holds those still not on disk, and
+    ``lost`` counts the ones given up beyond that bound.
 
     ``sink``, if given, is called with the records of each flush as dicts (after they are
     written): the recording's TensorBoard events and metric summary follow the logs this way.
     """
+
+    KEEP_UNWRITTEN = 1_000_000
 
     def __init__(self, path: Path, sink: Callable[[list[dict]], None] | None = None,
                  on_error: Callable[[BaseException, int], None] | None = None) -> None:
@@ -160,6 +167,14 @@ class LogWriter:
         self._buffer: deque[tuple] = deque()
         self._write_lock = threading.RLock()  # one flush writes at a time, in order
         self._failed = False
+        self._unwritten: list[tuple[str, dict]] = []  # (line, record) of failed writes, oldest first
+        self.lost = 0
+
+    @property
+    def unwritten(self) -> list[dict]:
+        """The records a failed write left in memory (written by a later flush if the disk allows)."""
+        with self._write_lock:
+            return [rec for _, rec in self._unwritten]
 
     def add(self, name: str, value: Any, epoch: int | None, step: Any, block: str | None,
             loop: str | None = None) -> None:
@@ -177,9 +192,9 @@ class LogWriter:
                     buffer.append(take())
             except IndexError:
                 pass  # a signal handler's flush, run in between, took the rest
-            if not buffer:
+            if not buffer and not self._unwritten:
                 return
-            lines, recs = [], []
+            lines, recs = [line for line, _ in self._unwritten], [rec for _, rec in self._unwritten]
             for name, value, epoch, step, block, loop, t in buffer:
                 try:
                     if type(value) not in AS_IS and getattr(value, "is_cuda", False):
@@ -199,18 +214,45 @@ class LogWriter:
             if not lines:
                 return
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "a", encoding="utf-8") as fh:
-                    fh.write("\n".join(lines) + "\n")
+                _append_whole(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
             except OSError as exc:
+                fresh = len(lines) - len(self._unwritten)
+                kept = list(zip(lines, recs))
+                if len(kept) > self.KEEP_UNWRITTEN:
+                    self.lost += len(kept) - self.KEEP_UNWRITTEN
+                    kept = kept[-self.KEEP_UNWRITTEN:]
+                self._unwritten = kept
                 if self.on_error is not None:
-                    self.on_error(exc, len(lines))
+                    self.on_error(exc, fresh)
                 elif not self._failed:
-                    warn(f"writing the logs to {self.path} failed ({exc}); the run goes on without them")
+                    warn(f"writing the logs to {self.path} failed ({exc}); the run goes on, and the values "
+                         "are written when the disk allows")
                 self._failed = True
                 return
+            self._unwritten = []
         if self.sink is not None:
             self.sink(recs)
+
+
+def _append_whole(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path``, or leave the file as it was: a write that fails part way (a
+    full disk) is cut back off, so the file never ends in half a line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass  # the reader skips a torn last line (parse_record)
+            raise
+    finally:
+        os.close(fd)
 
 
 def parse_record(line: bytes | str) -> dict | None:
