@@ -290,6 +290,70 @@ def test_log_values_of_a_failed_write_are_written_when_the_disk_allows(tmp_path:
     assert writer.unwritten == [] and writer.lost == 0
 
 
+FORK = '''
+import glob, json, os, signal, sys, time
+import torch
+import flor
+
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 4)
+for epoch in flor.it(range(4)):
+    if flor.SkipBlock.step_into("train"):
+        with torch.no_grad():
+            net.weight.add_(torch.randn(4, 4))
+        if epoch == 1:
+            for how in ("exit", "term"):
+                pid = os.fork()
+                if pid == 0:  # a helper process of the script's own: it does its job and ends
+                    if how == "term":
+                        time.sleep(60)  # ended by SIGTERM from the parent
+                    sys.exit(0)
+                if how == "term":
+                    time.sleep(0.3)
+                    os.kill(pid, signal.SIGTERM)
+                t0 = time.time()
+                _, status = os.waitpid(pid, 0)
+                took = time.time() - t0
+                runs = sorted(glob.glob(os.path.join(os.environ["FLOR_HOME"], "fork", "runs", "*")))
+                if runs:  # recording (a plain run has none)
+                    with open(os.path.join(runs[-1], "run.json")) as fh:
+                        meta = json.load(fh)
+                    print(f"child {how}: status {status} in {took:.1f} s; run {meta['status']}", file=sys.stderr,
+                          flush=True)
+    net = flor.SkipBlock.end(net)
+    w = float(net.weight.detach().sum())
+    flor.log("w", w)
+    print(f"epoch {epoch} w {w:.6f}", flush=True)
+'''
+
+
+def test_a_forked_child_that_exits_leaves_the_parents_run_alone(runner: Runner):
+    """A script that forks a helper (os.fork) which ends with sys.exit, or is sent SIGTERM:
+    the child inherits flor's session, atexit hooks and signal handlers, but must not close
+    the parent's run (mark it finished, close its open block, wait on a writer thread the
+    child does not have). The child ends at once, the run goes on, every epoch is
+    checkpointed, and the replay is exact."""
+    script = runner.cwd / "fork.py"
+    script.write_text(FORK)
+    plain = runner.run(script)
+    rec = runner.run(script, "--flor", "fork")
+    assert rec.stdout == plain.stdout
+    children = [line for line in rec.stderr.splitlines() if line.startswith("child ")]
+    assert len(children) == 2, rec.stderr
+    exited, termed = children
+    assert exited.startswith("child exit: status 0 in ") and exited.endswith("; run running"), rec.stderr
+    assert termed.startswith(f"child term: status {signal.SIGTERM} in ") and termed.endswith("; run running"), rec.stderr
+    assert max(float(line.split(" in ")[1].split(" s;")[0]) for line in children) < 5, rec.stderr
+    assert "still open at exit" not in rec.stderr and "abandoned" not in rec.stderr, rec.stderr
+    meta = _run_json(runner.home, "fork")
+    assert meta["status"] == "finished" and meta["epochs_done"] == 4
+    assert meta["checkpoint_failures"] == [] and meta.get("checkpoint_skipped", []) == [], meta
+    store = ExperimentStore(runner.home, "fork")
+    assert sorted(e for _, e, _ in store.manifests(meta["run"])) == [0, 1, 2, 3]
+    replay = runner.run(script, "--flor", "fork", "--replay_flor")
+    assert replay.stdout == plain.stdout and "verified exact" in _verdict(replay.stderr), replay.stderr
+
+
 def test_an_unwritable_run_json_never_stops_training(runner: Runner):
     """run.json grows past a 3 KB file size limit (at the latest at exit, with its summaries):
     its writes fail, once warned about, and the script runs to its end as it does without flor."""

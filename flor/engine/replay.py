@@ -54,7 +54,9 @@ class ReplaySession(Session):
                                 say=lambda text: print(f"flor: {text}", file=sys.stderr))
         if remote is not None:  # a store whose blobs fall back on the spool; what came from it is said at exit
             self.store = ExperimentStore(settings.home, settings.name, remote=remote)
-            atexit.register(lambda: remote.summary() and print(f"flor: {remote.summary()}", file=sys.stderr))
+            owner = os.getpid()  # not in a child made by os.fork
+            atexit.register(lambda: os.getpid() == owner and remote.summary()
+                            and print(f"flor: {remote.summary()}", file=sys.stderr))
         self.run_dir = self.store.run_path(self.run)
         self.replay_id = settings.replay_id or shared_replay_id(settings) or new_replay_id()
         self.pid, self.ngpus = settings.pid, settings.ngpus

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import shutil
 import sys
 import threading
@@ -78,6 +79,7 @@ class Session:
         self.open: tuple[str, int | None, int] | None = None
         self.block_started = 0.0
         self.started = time.time()
+        self._owner_pid = os.getpid()  # a forked child inherits the session but must not close it
         self.exit_error: str | None = None
         self.exit_detail = ""
         self._tee_file: Any = None
@@ -103,7 +105,14 @@ class Session:
         from .signals import install as handle_signals
 
         handle_signals(self)  # SIGTERM/SIGHUP: settle, status "terminated", then the default action
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
+
+    def _close_at_exit(self) -> None:
+        """Close at the interpreter's exit, in the process that made the session only: a child
+        made by ``os.fork`` that exits through ``sys.exit`` runs the parent's atexit hooks, and
+        closing there would end the parent's live run (status, open block, writer)."""
+        if os.getpid() == self._owner_pid:
+            self.close()
 
     def tee_output(self, path: Path) -> None:
         try:

@@ -86,9 +86,13 @@ class _Handler:
         self.deferred: Any = None  # the frame of a signal that came while the session closed
         self.close_over = False  # the atexit hook after the session's close has run
         self.retries = 0
+        self.pid = os.getpid()  # a forked child's signals are its own: handed over at once
 
     def __call__(self, signum: int, frame: Any) -> None:
         s = self.session
+        if os.getpid() != self.pid:
+            self.hand_over(signum, frame)
+            return
         if self.busy:  # a second signal while the first is handled: the user insists
             self.hand_over(signum, frame)
             return
