@@ -212,3 +212,65 @@ def test_bad_writer_settings_are_one_line_errors(env, runner):
     assert list(env)[0] in str(err.value)
     proc = runner.run(runner.script(), "--flor", "x", check=False, env=runner.env(**env))
     assert proc.returncode == 2 and proc.stderr.startswith("flor: error: FLOR_") and "Traceback" not in proc.stderr
+
+
+CTRL_C = '''
+import os, signal, sys, time
+import torch
+import flor
+
+
+class Counter:
+    """A script's own stateful helper: Ctrl-C lands while flor reads it, inside SkipBlock.end."""
+
+    def __init__(self):
+        self.n = 0
+
+    def state_dict(self):
+        if self.n == 3 and "--replay_flor" not in sys.argv:
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at the next bytecode, in this frame
+            time.sleep(0.05)
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 4)
+counter = Counter()
+where = "in end()"
+try:
+    for epoch in flor.it(range(6)):
+        if flor.SkipBlock.step_into("train"):
+            with torch.no_grad():
+                net.weight.add_(torch.randn(4, 4))
+            counter.n += 1
+        where = "in end()"
+        net, counter = flor.SkipBlock.end(net, counter)
+        where = "after end()"
+        flor.log("w", float(net.weight.detach().sum()))
+        print(f"epoch {epoch} n {counter.n}", flush=True)
+        time.sleep(0.5)
+except KeyboardInterrupt:
+    print(f"interrupted {where} at epoch {epoch}", flush=True)
+    raise
+'''
+
+
+def test_ctrl_c_inside_flor_lands_after_its_call_returns(runner):
+    """Ctrl-C while the training thread is inside flor (here: SkipBlock.end reading the script's
+    own stateful object) is a KeyboardInterrupt once end() has returned, not inside it: the
+    epoch's checkpoint is taken whole, the run is "interrupted", and a replay of what was
+    recorded is exact."""
+    script = runner.cwd / "ctrl_c.py"
+    script.write_text(CTRL_C)
+    proc = runner.run(script, "--flor", "int", check=False)
+    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in proc.stderr, proc.stderr
+    assert "interrupted after end() at epoch 2" in proc.stdout, proc.stdout + proc.stderr
+    store, run, meta = only_run(runner, "int")
+    assert meta["status"] == "interrupted"
+    assert 2 in check_checkpoints(store, run, meta)  # the epoch whose end() was interrupted
+    replay = runner.run(script, "--flor", "int", "--replay_flor")
+    assert "replay verified exact" in replay.stderr, replay.stderr
+    assert replay.stdout.splitlines() == [f"epoch {e} n {e + 1}" for e in range(meta["epochs_done"])], replay.stdout

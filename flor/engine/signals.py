@@ -22,6 +22,12 @@ A signal that lands while the main thread is inside flor's own code (a lock held
 snapshot half taken) is sent again a few milliseconds later, once that call has returned.
 A script that installs its own handler after flor started replaces flor's: its exit then
 runs through ``atexit``, where the session still closes with the same bounded flush.
+
+SIGINT (Ctrl-C) keeps Python's meaning, a KeyboardInterrupt in the main thread, and the
+exit's bounded flush; flor only moves where it lands: one that arrives inside flor's own
+code is sent again once that call has returned, like the others, so an epoch's bookkeeping
+or a checkpoint is never left half done. During the exit flush it is handed over at once
+(it stops the wait for the writer).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["HANDLED", "install"]
 
@@ -71,6 +77,16 @@ def install(session: Any) -> None:
         except (OSError, ValueError):
             continue
         handlers.append(handler)
+    interrupt = getattr(signal, "SIGINT", None)
+    try:
+        previous = signal.getsignal(interrupt) if interrupt is not None else None
+    except (OSError, ValueError):
+        previous = None
+    if callable(previous):  # Python's KeyboardInterrupt, or the script's own handler
+        try:
+            signal.signal(interrupt, _Interrupt(session, interrupt, previous))
+        except (OSError, ValueError):
+            pass
     if handlers:
         # registered before the session's own close, so it runs after it (atexit is LIFO):
         # a signal that came during the exit flush is handed over once the flush is done
@@ -143,6 +159,29 @@ class _Handler:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # the default action: the process ends, killed by the signal
         os._exit(128 + signum)  # pragma: no cover - only if the signal is blocked in this thread
+
+
+class _Interrupt:
+    """SIGINT: the script's handler (Python's raises KeyboardInterrupt), but never inside
+    flor's code while the session is open: there it is sent again once the call returned."""
+
+    def __init__(self, session: Any, sig: int, previous: Callable) -> None:
+        self.session = session
+        self.sig = sig
+        self.previous = previous
+        self.retries = 0
+        self.pid = os.getpid()
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if (os.getpid() == self.pid and not getattr(self.session, "_closed", False)
+                and self.retries < RETRIES and _inside_flor(frame)):
+            self.retries += 1
+            timer = threading.Timer(RETRY_S, os.kill, (os.getpid(), signum))
+            timer.daemon = True
+            timer.start()
+            return
+        self.retries = 0
+        self.previous(signum, frame)
 
 
 def _inside_flor(frame: Any) -> bool:
