@@ -118,15 +118,8 @@ class _Handler:
             if self.close_over:
                 self.after_close()
             return
-        if self.retries < RETRIES and _inside_flor(frame):
-            # flor's state is mid-update (and its locks may be held by this very thread):
-            # let the call return, then take the signal
-            self.retries += 1
-            timer = threading.Timer(RETRY_S, os.kill, (os.getpid(), signum))
-            timer.daemon = True
-            timer.start()
+        if _later(self, signum, frame):
             return
-        self.retries = 0
         self.busy = True
         try:
             s.exit_error = "terminated"
@@ -173,15 +166,23 @@ class _Interrupt:
         self.pid = os.getpid()
 
     def __call__(self, signum: int, frame: Any) -> None:
-        if (os.getpid() == self.pid and not getattr(self.session, "_closed", False)
-                and self.retries < RETRIES and _inside_flor(frame)):
-            self.retries += 1
-            timer = threading.Timer(RETRY_S, os.kill, (os.getpid(), signum))
-            timer.daemon = True
-            timer.start()
+        if os.getpid() == self.pid and not getattr(self.session, "_closed", False) and _later(self, signum, frame):
             return
-        self.retries = 0
         self.previous(signum, frame)
+
+
+def _later(handler: Any, signum: int, frame: Any) -> bool:
+    """Whether the signal landed inside flor's code, and was sent again for a few ms later:
+    flor's state is mid-update there (and its locks may be held by this very thread), so the
+    call returns first. At most RETRIES times in a row; ``handler.retries`` counts them."""
+    if handler.retries < RETRIES and _inside_flor(frame):
+        handler.retries += 1
+        timer = threading.Timer(RETRY_S, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return True
+    handler.retries = 0
+    return False
 
 
 def _inside_flor(frame: Any) -> bool:
