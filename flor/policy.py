@@ -134,7 +134,8 @@ class CheckpointPolicy:
 
     def summary(self, training_s: float, failed: frozenset = frozenset()) -> str:
         """The exit line: how many epochs were checkpointed, what that cost, and which rule
-        charged the budget. Epochs in ``failed`` (taken, but their checkpoint was not written)
+        charged the budget. Epochs in ``failed`` (taken, but their checkpoint was not written: it
+        failed, or was abandoned by the exit flush)
         do not count as checkpointed.
 
         >>> p = CheckpointPolicy(overhead=0.01)

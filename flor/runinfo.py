@@ -9,9 +9,11 @@ import hashlib
 import os
 import platform
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -330,16 +332,53 @@ def gpus() -> dict[str, Any]:
 
 
 def _nvidia_smi(fields: str) -> list[list[str]] | None:
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
+    text = _spawn_output(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"])
+    if text is None:
         return None
-    rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
+    rows = [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
     n = fields.count(",") + 1
-    if out.returncode != 0 or not rows or any(len(r) != n or not all(r) or "[" in ",".join(r) for r in rows):
+    if not rows or any(len(r) != n or not all(r) or "[" in ",".join(r) for r in rows):
         return None  # an old driver that does not know a field says "[Field not supported]"
     return rows
+
+
+def _spawn_output(argv: list[str], timeout: float = 5.0) -> str | None:
+    """What ``argv`` prints, or None if it is missing, fails or takes longer than ``timeout``.
+
+    Run from the writer thread while the script's own thread may fork (a DataLoader's
+    workers): a child forked while a pipe to this command is open keeps a copy of it, so
+    reading the pipe to its end (``subprocess.run``'s capture, or its exec-error pipe) waits
+    as long as that child lives, for ever with ``persistent_workers``. So no pipe: the output
+    goes to a temporary file, the command starts with ``posix_spawn`` and is waited for by
+    its pid, which no other process can hold up.
+    """
+    import shutil
+    import tempfile
+
+    exe = shutil.which(argv[0])
+    if exe is None or not hasattr(os, "posix_spawn"):
+        return None
+    try:
+        with tempfile.TemporaryFile() as out:
+            pid = os.posix_spawn(exe, argv, os.environ, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+            deadline = time.monotonic() + timeout
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    return None
+                time.sleep(0.01)
+            if os.waitstatus_to_exitcode(status) != 0:
+                return None
+            out.seek(0)
+            return out.read(1 << 20).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
 
 
 def _gib(mib: str) -> float | None:

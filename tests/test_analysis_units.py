@@ -437,6 +437,38 @@ def test_diff_patch_includes_untracked_sources(tmp_path):
     assert (tmp_path / "helper.py").read_text() == "X = 1" and (tmp_path / "train.py").read_text() == "print(2)\n"
 
 
+def test_gpu_query_never_waits_on_a_pipe_another_process_holds(monkeypatch, tmp_path):
+    """The GPU query runs on the writer thread while the script forks (a DataLoader's
+    persistent workers): a child forked while a pipe to nvidia-smi was open kept a copy, and
+    reading the pipe to its end hung the writer for the whole run (its checkpoints were all
+    abandoned at exit). Here nvidia-smi itself leaves such a process behind, holding its
+    stdout for 30 s: the answer comes when nvidia-smi exits, not when its stdout closes."""
+    import os
+    import signal
+    import time
+
+    from flor.runinfo import gpus
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    smi = folder / "nvidia-smi"
+    held = tmp_path / "held.pid"
+    smi.write_text(f'#!/bin/sh\necho "NVIDIA H200, 143771, 9.0, 580.159.03"\nsleep 30 &\necho $! > {held}\nexit 0\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    t0 = time.monotonic()
+    found = gpus()
+    took = time.monotonic() - t0
+    os.kill(int(held.read_text()), signal.SIGKILL)
+    assert found.get("gpus") == ["NVIDIA H200"], found
+    assert took < 4, took  # subprocess.run's capture waited out its 5 s timeout and found nothing
+    smi.write_text("#!/bin/sh\nexec sleep 30\n")  # hangs: given up after the timeout, killed
+    from flor.runinfo import _spawn_output
+
+    t0 = time.monotonic()
+    assert _spawn_output(["nvidia-smi"], timeout=0.3) is None and time.monotonic() - t0 < 3
+
+
 def test_gpu_facts_never_make_a_cuda_context(monkeypatch, tmp_path):
     """run.json's GPUs come from torch only where the script has made CUDA's context, else from
     nvidia-smi (a real program on PATH here): flor making the context would put a CUDA

@@ -354,6 +354,24 @@ def test_a_forked_child_that_exits_leaves_the_parents_run_alone(runner: Runner):
     assert replay.stdout == plain.stdout and "verified exact" in _verdict(replay.stderr), replay.stderr
 
 
+def test_checkpoints_abandoned_at_exit_are_not_counted_as_taken(runner: Runner, tmp_path: Path):
+    """The writer is held up (an nvidia-smi that hangs, given up after 5 s) and the exit flush
+    may not wait (FLOR_FLUSH_TIMEOUT=0): every checkpoint is abandoned, and the exit line says
+    none was taken rather than "abandoned 4" beside "checkpointed 4 of 4"."""
+    script = runner.cwd / "small.py"
+    script.write_text(FULL.replace("256", "8").replace("range(8)", "range(4)"))
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 30\n")
+    (folder / "nvidia-smi").chmod(0o755)
+    env = runner.env(FLOR_FLUSH_TIMEOUT="0", PATH=f"{folder}{os.pathsep}{os.environ['PATH']}")
+    proc = runner.run(script, "--flor", "held", env=env)
+    assert "flor: abandoned 4 checkpoint(s)" in proc.stderr, proc.stderr
+    assert "flor: checkpointed 0 of 4 epochs" in proc.stderr, proc.stderr
+    meta = _run_json(runner.home, "held")
+    assert sorted(s["epoch"] for s in meta["checkpoint_skipped"]) == [0, 1, 2, 3]
+
+
 def test_an_unwritable_run_json_never_stops_training(runner: Runner):
     """run.json grows past a 3 KB file size limit (at the latest at exit, with its summaries):
     its writes fail, once warned about, and the script runs to its end as it does without flor."""

@@ -280,6 +280,7 @@ class RecordSession(Checkpointing, Session):
             self.meta.loop_ended = "break"
             self.end_epoch(self.epoch)
         self.mark("end")
+        left: list = []
         try:
             self.logs.flush()
             left = self.writer.close(timeout=self.settings.flush_timeout)  # bounded, also on SIGTERM
@@ -297,7 +298,7 @@ class RecordSession(Checkpointing, Session):
         self.meta.background = {"cpu_s": round(self.background_cpu_s, 6), "bytes_written": self.bytes_written}
         if self.policy.checkpointed or self.policy.skipped:  # which epochs, at what cost, charged how
             training_s = time.perf_counter() - (self.loop_started or self.block_started)
-            failed = frozenset(f.get("epoch") for f in self.meta.checkpoint_failures)
+            failed = frozenset(f.get("epoch") for f in self.meta.checkpoint_failures) | {e for _, e in left}
             line = f"flor: {self.policy.summary(training_s, failed)}"
             if self.policy.skipped:
                 line += "; a replay re-executes the others from the nearest checkpoint"
