@@ -260,3 +260,58 @@ def test_the_unchanged_names_of_an_outer_state_line_are_checked(tmp_path):
              {"epoch": 2, "vars": {"a": 1}}]  # an older flor: no field
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     assert [read_outer_state(path, e)["unchanged"] for e in range(3)] == [[], ["b"], []]
+
+
+UNFREEZE = """\
+import torch
+import flor
+
+torch.manual_seed(0)
+backbone, head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+for q in backbone.parameters():
+    q.requires_grad_(False)
+opt = torch.optim.SGD(head.parameters(), lr=0.1)
+x = torch.randn(16, 4)
+for epoch in flor.it(range(4)):
+    # GUARD
+    if flor.SkipBlock.step_into("train"):
+        if epoch == 2:  # UNFREEZE
+            for q in backbone.parameters():
+                q.requires_grad_(True)
+            opt.add_param_group({"params": list(backbone.parameters()), "lr": 0.01})
+        loss = head(backbone(x).relu()).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    backbone, head, opt = flor.SkipBlock.end(backbone, head, opt)
+    print(f"epoch {epoch} loss {loss.item() if flor.recording() else 0:.6f}", flush=True)
+    flor.log("w", float(backbone.weight.detach().sum() + head.weight.detach().sum()))
+"""
+
+
+def test_an_optimizer_changed_in_a_restored_block_is_named_with_the_fix(tmp_path):
+    """add_param_group inside the block at epoch 2 (unfreezing a backbone): a replay restores
+    that block, so the change never runs, and the optimizer cannot take the checkpoint's
+    state. The replay fails with both shapes of parameter groups and the fix, not torch's
+    bare "different number of parameter groups"; the fix (the change follows from the epoch,
+    outside the block) replays exactly with 1 and 2 workers."""
+    r = Runner(tmp_path)
+    script = r.cwd / "unfreeze.py"
+    script.write_text(UNFREEZE)
+    r.run(script, "--flor", "unfreeze")
+    proc = r.run(script, "--flor", "unfreeze", "--replay_flor", check=False)
+    assert proc.returncode != 0 and "verified exact" not in proc.stderr, proc.stderr
+    assert ("had 2 parameter group(s) of [2, 2] parameters at this checkpoint and has 1 of [2] now" in proc.stderr
+            and "if epoch >= K and len(opt.param_groups) == 1" in proc.stderr), proc.stderr
+
+    script.write_text(UNFREEZE.replace("        if epoch == 2:  # UNFREEZE", "        if False:").replace(
+        "    # GUARD", "    if epoch >= 2 and len(opt.param_groups) == 1:\n"
+        "        for q in backbone.parameters():\n            q.requires_grad_(True)\n"
+        "        opt.add_param_group({'params': list(backbone.parameters()), 'lr': 0.01})"))
+    r.run(script, "--flor", "guarded")
+    recorded = {k: v for k, v in values(run_logs(r, "guarded")).items()}
+    for worker in ("0/2", "1/2", "0/1"):
+        proc = r.run(script, "--flor", "guarded", "--replay_flor", worker)
+        assert "verified exact" in proc.stderr.strip().splitlines()[-1], proc.stderr
+    replayed = values([x for x in run_logs(r, "guarded") if x["source"] == "replay"])
+    assert replayed and all(recorded[k] == v for k, v in replayed.items())

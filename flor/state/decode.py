@@ -256,7 +256,10 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
                     f"{path} was recorded as a {node['cls']} with state_dict(); now it is a "
                     f"{_qualname(live)}: pass SkipBlock.end the same objects, in the same order, as when recording"
                 )
-            live.load_state_dict(_decode(node["v"], load, False, path, pickles))
+            state = _decode(node["v"], load, False, path, pickles)
+            if isinstance(live, torch.optim.Optimizer):
+                _same_groups(live, state, path)
+            live.load_state_dict(state)
             return live
         if kind == "tensor":
             value = _decode_tensor(node, load, to_device=True, path=path)
@@ -343,6 +346,27 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             f"cannot restore {path or 'an object'} ({node.get('cls', kind)}): {type(exc).__name__}: {exc}; was the "
             "object built differently from the recording (architecture, parameter groups)?"
         ) from exc
+
+
+def _same_groups(live: torch.optim.Optimizer, state: Any, path: str) -> None:
+    """An optimizer whose parameter groups are not the checkpoint's cannot take its state
+    (torch says only "a different number of parameter groups"): name both, and the fix."""
+    try:
+        recorded = [len(g["params"]) for g in state["param_groups"]]
+    except (KeyError, TypeError):
+        return  # not an optimizer's usual state: its own load_state_dict decides
+    now = [len(g["params"]) for g in live.param_groups]
+    if recorded == now:
+        return
+    raise StateError(
+        f"{path or 'the optimizer'} ({_qualname(live)}) had {len(recorded)} parameter group(s) of {recorded} "
+        f"parameters at this checkpoint and has {len(now)} of {now} now: code that changes the optimizer "
+        "(add_param_group, a group's params) ran in the recording before this checkpoint but not in this "
+        "replay, inside a block that was restored or in an epoch this worker skipped. Make the change follow "
+        "from the epoch rather than from what ran before: at the top of each epoch, outside the SkipBlock, "
+        "`if epoch >= K and len(opt.param_groups) == 1: opt.add_param_group(...)` (the same for "
+        "requires_grad_)"
+    )
 
 
 def restore_all(objs: list, objects: Any, rng: Any, load: Loader, *, pickles: PickleTrust = REFUSE_PICKLES) -> list:
