@@ -133,13 +133,15 @@ def test_worker_without_outer_state_diverges_loudly(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].endswith("exit status 3 (--flor_lenient keeps 0)")
 
 
-def test_state_that_cannot_be_restored_is_named(tmp_path):
-    """A best-weights dict (not plain data) kept in the loop is named with the fix; strict fails."""
+@pytest.mark.parametrize("start", ["{}", "None"])
+def test_state_that_cannot_be_restored_is_named(tmp_path, start):
+    """A best-weights dict (not plain data) kept in the loop is named with the fix; strict fails.
+    Also where it starts as None (plain data) and becomes the dict later."""
     r = Runner(tmp_path)
     edits = {"            torch.save(net.state_dict(), args.save)":
              "            torch.save(net.state_dict(), args.save)\n"
              "        best_state = {k: v.clone() for k, v in net.state_dict().items()}",
-             "bad = 0\n": "bad = 0\nbest_state = {}\n"}
+             "bad = 0\n": f"bad = 0\nbest_state = {start}\n"}
     script = r.cwd / loop_script(r, "kept.py", True, edits)
     r.run(script, "--patience", "4", "--flor", "kept")
     proc = r.run(script, "--patience", "4", "--flor", "kept", "--replay_flor", "1/2")

@@ -270,9 +270,12 @@ class LoopFrame:
 
     def _not_plain(self, name: str, value: Any, passed: set[int]) -> None:
         """``name`` holds what cannot be noted: named when it was there before the loop and the
-        loop rebound or resized it (and it is not given to ``end()``)."""
+        loop rebound or resized it, or it held plain data then (``best_state = None``, later
+        a copy of the weights), and it is not given to ``end()``."""
+        if id(value) in passed:
+            return
         was = self.before.get(name)
-        if was is not None and id(value) not in passed and _fingerprint(value) != was:
+        if (was is not None and _fingerprint(value) != was) or name in self.initial:
             self.changed.add(name)
 
     def restore(self, values: dict[str, Any]) -> list[str]:
