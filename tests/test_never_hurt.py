@@ -372,6 +372,24 @@ def test_checkpoints_abandoned_at_exit_are_not_counted_as_taken(runner: Runner, 
     assert sorted(s["epoch"] for s in meta["checkpoint_skipped"]) == [0, 1, 2, 3]
 
 
+def test_a_cut_short_copy_of_the_script_is_not_taken_for_a_change(runner: Runner):
+    """A full disk at the start of a recording cut the copy of the script short (0 bytes);
+    the replay said the script "changed by more than logging" and blamed any divergence on
+    it. The copy is checked against run.json's sha256: a copy that is not the script is said
+    to be, and the replay of the unchanged script is exact with no such note."""
+    script = runner.cwd / "full.py"
+    script.write_text(FULL.replace("256", "8"))
+    runner.run(script, "--flor", "cut")
+    meta = _run_json(runner.home, "cut")
+    copy = runner.home / "cut" / "runs" / meta["run"] / "source" / "full.py"
+    assert copy.read_text() == script.read_text()
+    copy.write_bytes(b"")
+    replay = runner.run(script, "--flor", "cut", "--replay_flor")
+    assert "verified exact" in _verdict(replay.stderr), replay.stderr
+    assert "changed by more than logging" not in replay.stderr, replay.stderr
+    assert "copy of the script" in replay.stderr and "is not the script run.json names" in replay.stderr
+
+
 def test_an_unwritable_run_json_never_stops_training(runner: Runner):
     """run.json grows past a 3 KB file size limit (at the latest at exit, with its summaries):
     its writes fail, once warned about, and the script runs to its end as it does without flor."""

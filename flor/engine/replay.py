@@ -118,8 +118,17 @@ class ReplaySession(Session):
         if recorded_path and current is not None and current.is_file():
             copy = self.run_dir / "source" / Path(recorded_path).name
             if copy.is_file():
-                old, new = copy.read_text(errors="replace"), current.read_text(errors="replace")
-                if non_logging_changes(old, new):
+                import hashlib
+
+                data = copy.read_bytes()
+                if self.meta.script_sha256 and hashlib.sha256(data).hexdigest() != self.meta.script_sha256:
+                    self.note(f"the recording's copy of the script ({copy}) is not the script run.json names "
+                              "(its sha256 differs: damaged, or cut short by a full disk); the script's changes "
+                              "since the recording are not checked")
+                    data = None
+                old = data.decode("utf-8", "replace") if data is not None else None
+                new = current.read_text(errors="replace")
+                if old is not None and non_logging_changes(old, new):
                     self.code_changed = True
                     self.note("the script changed by more than logging since the recording "
                               f"(compare with {copy}); replayed values may differ from the recording")

@@ -304,9 +304,17 @@ def marks_path(log: Path) -> Path:
 
 
 def copy_source(script: str | None, dest: Path) -> None:
+    """Keep a copy of the recorded script in ``dest``, whole or not at all: a write that fails
+    (a full disk) leaves no truncated copy for a replay to compare with."""
     if script and Path(script).is_file():
         dest.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(script, dest / Path(script).name)
+        target = dest / Path(script).name
+        tmp = dest / f".tmp-{target.name}-{os.getpid()}"
+        try:
+            shutil.copy2(script, tmp)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def as_result(objs: tuple) -> Any:
