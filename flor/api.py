@@ -10,7 +10,9 @@ from typing import Any, Iterable, Iterator, TypeVar
 
 from . import hparams
 from .engine.session import Session, as_result
-from .runtime import current
+from .errors import ConfigError
+from .runtime import current, install_error_hook
+from .settings import SETTINGS
 
 __all__ = ["SkipBlock", "arg", "dataframe", "it", "log", "recording", "replaying"]
 
@@ -115,6 +117,11 @@ def arg(name: str, default: T) -> T:
     >>> arg("lr", 0.01)
     0.01
     """
+    try:
+        hparams.parse(name, default)  # a bad value fails before a recording starts, plain runs too
+    except ConfigError:
+        install_error_hook(SETTINGS)  # one line and exit 2, as argparse does
+        raise
     return hparams.arg(name, default, current())
 
 

@@ -147,6 +147,16 @@ def _convert(name: str, text: str | None, default: Any) -> Any:
         ) from exc
 
 
+def parse(name: str, default: Any) -> tuple[bool, Any]:
+    """Whether ``--name`` is on the command line, and the value it asks for (``default`` if
+    not): a ConfigError for a bad name or value, which ``flor.arg`` raises before any session
+    starts (a recording that cannot start leaves no empty run behind)."""
+    if not isinstance(name, str) or not name or name.startswith("-"):
+        raise ConfigError(f"flor.arg needs a name like 'lr', not {name!r}")
+    given, text = _from_command_line(name, list(sys.argv[1:]))
+    return given, (_convert(name, text, default) if given else default)
+
+
 def arg(name: str, default: T, session: Any = None) -> T:
     """Declare a hyperparameter: its value for this run, recorded with the run.
 
@@ -162,12 +172,9 @@ def arg(name: str, default: T, session: Any = None) -> T:
     >>> lr
     0.01
     """
-    if not isinstance(name, str) or not name or name.startswith("-"):
-        raise ConfigError(f"flor.arg needs a name like 'lr', not {name!r}")
     if name in _ARGS:
         return _ARGS[name]
-    given, text = _from_command_line(name, list(sys.argv[1:]))
-    wanted = _convert(name, text, default) if given else default
+    given, wanted = parse(name, default)
     value = wanted
     if session is not None and session.mode == "replay":
         recorded = (session.meta.hyperparameters)

@@ -112,3 +112,18 @@ def test_lenient_keeps_a_diverged_replay_at_status_0():
     assert not parse(["t.py", "--flor", "x", "--replay_flor"], {})[0].lenient  # default: a divergence exits 3
     with pytest.raises(ConfigError, match="contradict"):
         parse(["t.py", "--flor", "x", "--replay_flor", "--flor_lenient", "--flor_strict"], {})
+
+
+def test_a_bad_flor_arg_value_is_one_line_and_exit_2_in_plain_runs_too(runner):
+    """flor.arg's value is the script's own flag: a value of the wrong type is one line and exit
+    status 2 (as argparse does), in a plain run as in a recording, not a ConfigError traceback."""
+    script = runner.cwd / "args.py"
+    script.write_text('import flor\nw = flor.arg("width", 128)\nlr = flor.arg("lr", 0.1)\n'
+                      'for e in flor.it(range(2)):\n    flor.log("lr", lr)\nprint("ran", w, lr)\n')
+    assert runner.run(script, "--lr", "0.5").stdout == "ran 128 0.5\n"
+    for extra in ([], ["--flor", "args"]):
+        proc = runner.run(script, "--lr", "abc", *extra, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == (
+            "flor: error: --lr='abc' is not a valid float, the type of the default in flor.arg('lr', 0.1); "
+            "fix the value on the command line"), proc.stderr
