@@ -342,10 +342,29 @@ def _split_flags(argv: Sequence[str]) -> tuple[dict[str, str | None], list[str]]
             else:
                 found[flag] = None
         else:
-            known = sorted(_VALUE_FLAGS | _SWITCH_FLAGS | {"--replay_flor"})
-            raise ConfigError(f"unknown flor flag {word!r}; the flags are {', '.join(known)}")
+            _not_a_typo(flag, word)
+            rest.append(word)  # the script's own flag (--flor_x): flor's flags are the ones it knows
         i += 1
     return found, rest
+
+
+def _not_a_typo(flag: str, word: str) -> None:
+    """A ConfigError for an unknown ``--flor_*`` flag that is one of flor's misspelled
+    (``--flor_strct``); any other is left to the script, whose own parser judges it.
+
+    >>> _not_a_typo("--flor_x", "--flor_x=3")
+    >>> _not_a_typo("--flor_epoch", "--flor_epoch")
+    Traceback (most recent call last):
+    flor.errors.ConfigError: unknown flor flag '--flor_epoch': did you mean --flor_epochs? ...
+    """
+    import difflib
+
+    known = sorted(_VALUE_FLAGS | _SWITCH_FLAGS | {"--replay_flor"})
+    suffixes = {k.removeprefix("--flor_"): k for k in known if k.startswith("--flor_")}
+    close = difflib.get_close_matches(flag.removeprefix("--flor_"), list(suffixes), n=1, cutoff=0.75)
+    if close:
+        raise ConfigError(f"unknown flor flag {word!r}: did you mean {suffixes[close[0]]}? The flags are "
+                          f"{', '.join(known)} (a flag of the script's own may not look like one of them)")
 
 
 def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[str]]:

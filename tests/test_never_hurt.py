@@ -599,7 +599,7 @@ ABSURD = [
     (["--flor", "t"], {"FLOR_DEBUG": "maybe"}), (["--flor", "t"], {"FLOR_MALLOC": "off"}),
     (["--flor", "t", "--replay_flor"], {"RANK": "5", "WORLD_SIZE": "2"}),
     (["--flor", "t", "--replay_flor"], {"SLURM_PROCID": HUGE, "SLURM_NTASKS": HUGE + "9"}),
-    (["--flor", "t", "--flor_bogus", "1"], {}), (["--flor", "t", "--flor", "u"], {}), (["--flor"], {}),
+    (["--flor", "t", "--flor_everyy", "1"], {}), (["--flor", "t", "--flor", "u"], {}), (["--flor"], {}),
 ]
 #: values that are well-formed but wrong only once the run starts (a recording "t" exists)
 ABSURD_AT_START = [

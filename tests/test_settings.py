@@ -76,7 +76,8 @@ def test_malformed_segments(bad):
         (["t.py", "--replay_flor"], {}, "needs an experiment"),
         (["t.py", "--flor"], {}, "needs a value"),
         (["t.py", "--flor", "--lr"], {}, "needs a value"),
-        (["t.py", "--flor", "x", "--flor_bogus"], {}, "unknown flor flag"),
+        (["t.py", "--flor", "x", "--flor_strct"], {}, "unknown flor flag '--flor_strct': did you mean --flor_strict"),
+        (["t.py", "--flor", "x", "--flor_epoch=3"], {}, "did you mean --flor_epochs"),
         (["t.py", "--flor", "x", "--flor", "y"], {}, "twice"),
         (["t.py", "--flor", "x", "--flor_every", "0"], {}, "positive"),
         (["t.py", "--flor", "x"], {"FLOR_EVERY": "often"}, "positive"),
@@ -127,3 +128,14 @@ def test_a_bad_flor_arg_value_is_one_line_and_exit_2_in_plain_runs_too(runner):
         assert proc.stderr.strip().splitlines()[-1] == (
             "flor: error: --lr='abc' is not a valid float, the type of the default in flor.arg('lr', 0.1); "
             "fix the value on the command line"), proc.stderr
+
+
+@pytest.mark.parametrize("argv, script", [
+    (["t.py", "--flor_x", "3"], ["t.py", "--flor_x", "3"]),
+    (["t.py", "--flor", "x", "--flor_x=3"], ["t.py", "--flor_x=3"]),
+    (["t.py", "--flor_bogus", "--flor", "x", "--replay_flor"], ["t.py", "--flor_bogus"]),
+])
+def test_a_scripts_own_flor_prefixed_flag_is_left_to_the_script(argv, script):
+    """flor takes the flags it knows out of argv; a flag of the script's own that starts with
+    --flor_ (and is not one of flor's misspelled) stays in the script's argv."""
+    assert parse(argv, {})[1] == script
