@@ -317,3 +317,46 @@ def test_an_optimizer_changed_in_a_restored_block_is_named_with_the_fix(tmp_path
         assert "verified exact" in proc.stderr.strip().splitlines()[-1], proc.stderr
     replayed = values([x for x in run_logs(r, "guarded") if x["source"] == "replay"])
     assert replayed and all(recorded[k] == v for k, v in replayed.items())
+
+
+SAMPLES = """\
+import torch
+import flor
+
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+x = torch.randn(32, 4)
+for epoch in flor.it(range(4)):
+    if flor.SkipBlock.step_into("train"):
+        loss = net(x).pow(2).mean()  # dropout draws from torch's generator
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    net, opt = flor.SkipBlock.end(net, opt)
+    flor.log("w", float(net[0].weight.detach().sum()))
+    # HINDSIGHT
+"""
+
+
+def test_a_hindsight_line_that_samples_outside_the_blocks_is_noted(tmp_path):
+    """A hindsight line after end() that draws from torch's global generator (a random
+    subset for an evaluation) changes what a full run of the edited script trains; a replay
+    that restores the next block sets the recorded state instead. The replay says so (not a
+    silent "verified exact" over different training); the same script, or hindsight code
+    that draws from its own generator, gets no such note."""
+    r = Runner(tmp_path)
+    script = r.cwd / "samples.py"
+    script.write_text(SAMPLES)
+    r.run(script, "--flor", "samples")
+    sampling = r.cwd / "sampling.py"
+    sampling.write_text(SAMPLES.replace("    # HINDSIGHT", '    flor.log("pick", int(torch.randperm(32)[0]))'))
+    own = r.cwd / "own.py"
+    own.write_text(SAMPLES.replace("    # HINDSIGHT", "    g = torch.Generator().manual_seed(epoch)\n"
+                                   '    flor.log("pick", int(torch.randperm(32, generator=g)[0]))'))
+    noted = "code outside the blocks drew from the torch random generator before 'train' at epoch 1"
+    proc = r.run(sampling, "--flor", "samples", "--replay_flor")
+    assert noted in proc.stderr, proc.stderr
+    for quiet in (script, own):
+        proc = r.run(quiet, "--flor", "samples", "--replay_flor")
+        assert "code outside the blocks drew" not in proc.stderr and "verified exact" in proc.stderr, proc.stderr

@@ -72,6 +72,8 @@ class ReplaySession(Session):
         self.io = {"load_s": 0.0, "restore_s": 0.0, "restore_bytes": 0}  # for the benchmarks
         self._prefetched: dict[tuple, Any] = {}
         self._rng_noted = False
+        self._outside_noted = False  # a note said code outside the blocks drew random numbers
+        self.rng_exact = False  # the global random state is the recording's as of the last block's end
         self._reader: Any = None
         self.code_changed = False
         self.layout = RunLayout(self.run_dir)
@@ -343,6 +345,8 @@ class ReplaySession(Session):
             try:
                 if action == "restore":
                     manifest, cache = self._fetch((name, epoch, occ))
+                    if self.rng_exact:
+                        self._drawn_outside(manifest, name, epoch)
                     self.io["restore_bytes"] += sum(len(v) for v in cache.values())
                     self._prefetch_next(name, epoch, occ, probed)
                 else:
@@ -369,20 +373,43 @@ class ReplaySession(Session):
         are seeded from the OS when a script does not seed them): the block's own draws then
         match the recording, and its end state can be checked against it.
         """
-        from ..state import capture_rng, diff_rng, restore_rng, snapshot
+        from ..state import restore_rng
 
         if "rng_start" not in manifest:
             return
-        captured = capture_rng(like=manifest["rng_start"])
-        now = snapshot(captured, copy=False).materialize()
-        differs = sorted({p.split(".")[0].split("[")[0]
-                          for p in diff_rng(manifest["rng_start"], now, self._undrawn(manifest, "rng_start", captured))})
+        differs = self._rng_start_differs(manifest)
         if differs:
             restore_rng(self._recorded_rng(manifest, "rng_start"))
             if not self._rng_noted:
                 self._rng_noted = True
                 self.note(f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
                           "differed from the recording (is that generator seeded?); flor set it as recorded")
+
+    def _rng_start_differs(self, manifest: dict) -> list[str]:
+        """The global generators whose state now is not the one the block started from when recorded."""
+        from ..state import capture_rng, diff_rng, snapshot
+
+        captured = capture_rng(like=manifest["rng_start"])
+        now = snapshot(captured, copy=False).materialize()
+        return sorted({p.split(".")[0].split("[")[0]
+                       for p in diff_rng(manifest["rng_start"], now, self._undrawn(manifest, "rng_start", captured))})
+
+    def _drawn_outside(self, manifest: dict, name: str, epoch: int | None) -> None:
+        """Before a block this replay restores, with the random state exact at the last block's
+        end: a generator that is not where the recording had it here was drawn from by code
+        outside the blocks that the recording did not run (a hindsight line that samples).
+        Restoring sets the recorded state, so what follows is the recording's training, not a
+        full run of the edited script's: said once, as a note and in the verdict's cause."""
+        if self._outside_noted or "rng_start" not in manifest:
+            return
+        differs = self._rng_start_differs(manifest)
+        if differs:
+            self._outside_noted = True
+            self.note(f"code outside the blocks drew from the {', '.join(differs)} random generator before "
+                      f"{name!r} at epoch {epoch} where the recording did not (a hindsight line that samples?); "
+                      "restoring the block set the recorded state, so later values are the recording's "
+                      "training, not a full run of this script's; to leave training's randomness alone, "
+                      "draw from a torch.Generator of your own in hindsight code")
 
     def _recorded_rng(self, manifest: dict, key: str) -> dict:
         """A checkpoint's recorded random state (``rng`` or ``rng_start``), decoded."""
@@ -435,7 +462,7 @@ class ReplaySession(Session):
         restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
                                pickles=self._pickles(manifest))
         self.io["restore_s"] += time.perf_counter() - t0
-        self.anchored = self.from_restore = True
+        self.anchored = self.from_restore = self.rng_exact = True
         return tuple(restored)
 
     def left_open(self, key: tuple[str, int | None, int]) -> None:
@@ -459,6 +486,7 @@ class ReplaySession(Session):
             objs = self._restore(manifest, cache, objs)
         elif manifest is None:
             event.action = "executed (no checkpoint)"
+            self.rng_exact = False
         else:
             objs, event = self._verify(manifest, objs, event)
         self.summary.events.append(event)
@@ -476,6 +504,7 @@ class ReplaySession(Session):
         if not diffs and not rng_diffs:
             event.action = "matched"
             self.from_restore = False
+            self.rng_exact = True
             return objs, event
         event.action, event.tensors = "diverged", diffs + rng_diffs
         if self.code_changed:
