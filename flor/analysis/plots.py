@@ -1,4 +1,4 @@
-"""PNG plots of logged values against epoch or step, headless, with matplotlib.
+"""PNG (or SVG, PDF) plots of logged values against epoch or step, headless, with matplotlib.
 
 Every value is plotted (no downsampling, no smoothing). Hindsight values (logged by a
 replay where the recording has none) are drawn with open markers and named so in the
@@ -10,22 +10,63 @@ functions only write files: uploading the kept copy to a spool target is the cal
 
 matplotlib is imported only here and only when plotting, through its object API (no
 pyplot): the figure never touches a display or the caller's matplotlib state.
+
+The file format is the one the output's suffix names (``.png``, ``.svg`` or ``.pdf``); the
+output path is checked (:func:`check_output`) before any value is read, so a bad one costs
+nothing and leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import io
+import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ConfigError
+from ..errors import ConfigError, warn
 from ..store import ExperimentStore
 from .compare import Comparison, _series
 from ..store.experiment import open_experiment
 from .frame import hyperparameters, records
 
-__all__ = ["plot_comparison", "plot_metrics"]
+__all__ = ["PLOT_FORMATS", "check_output", "plot_comparison", "plot_metrics"]
+
+#: the suffixes a plot may be written as (matplotlib writes each without extra packages)
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def check_output(out: str | Path | None, flag: str = "out") -> Path | None:
+    """The plot file ``out`` names, checked before any work: a file (not a folder) with a
+    suffix of :data:`PLOT_FORMATS`, in a folder that exists and can be written. ``flag`` names
+    the option in the error (``-o``, ``--plot``).
+
+    >>> check_output("acc.svg", "-o")
+    PosixPath('acc.svg')
+    >>> check_output("acc.jpg", "-o")
+    Traceback (most recent call last):
+    ...
+    flor.errors.ConfigError: -o 'acc.jpg': plots are written as .png, .svg or .pdf (the suffix names the format); name the file like acc.png
+    """
+    if out is None:
+        return None
+    text = str(out)
+    if not text.strip():
+        raise ConfigError(f"{flag} {text!r}: an empty path; name the file to write, like {flag} acc.png")
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"{flag} {text!r}: is a directory; name a file in it, like {flag} {path / 'plot.png'}")
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise ConfigError(f"{flag} {text!r}: plots are written as .png, .svg or .pdf (the suffix names the format); "
+                          f"name the file like {path.with_suffix('.png') if path.suffix else path.name + '.png'}")
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise ConfigError(f"{flag} {text!r}: the folder {parent} {what}; create it first (mkdir -p {parent}) "
+                          "or choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"{flag} {text!r}: cannot be written (permission denied); choose another path")
+    return path
 
 
 def _figure(rows: int) -> Any:
@@ -63,19 +104,48 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", text)[:120] or "plot"
 
 
+def _write(path: Path, data: bytes) -> None:
+    """Write ``data`` whole or not at all: a temporary file beside ``path``, then renamed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _save(fig: Any, out: Path | None, store: ExperimentStore, run: str, default_name: str) -> list[Path]:
-    """Save into the run's ``plots/`` folder, and to ``out`` when given; return the paths
-    written: ``out`` first, the run's copy last."""
+    """Save to ``out`` when given, and a copy into the run's ``plots/`` folder, in the format
+    ``out``'s suffix names (PNG without ``out``); return the paths written: ``out`` first, the
+    run's copy last. A store that cannot be written is an error without ``out``, and a warning
+    (no copy kept) with it."""
+    out = check_output(out)
+    fmt = out.suffix.lower().lstrip(".") if out is not None else "png"
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt)
+    data = buf.getvalue()
     kept = store.run_path(run, "plots", _safe(out.name) if out is not None else default_name)
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(kept, format="png")
-    written = [kept]
+    written: list[Path] = []
     if out is not None:
-        out = out.expanduser()
-        if out.resolve() != kept.resolve():
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(kept, out)
-            written.insert(0, out)
+        try:
+            _write(out, data)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the plot to {out} ({exc.strerror or exc}); choose another path") from None
+        written.append(out)
+        if out.resolve() == kept.resolve():
+            return written
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        _write(kept, data)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if out is None:
+            raise ConfigError(f"cannot write the plot into {kept.parent} ({reason}): the store cannot be written "
+                              "there; give -o FILE.png to write the plot elsewhere") from None
+        warn(f"the plot was written to {out}, but no copy could be kept in {kept.parent} ({reason})")
+        return written
+    written.append(kept)
     return written
 
 
@@ -90,6 +160,7 @@ def plot_metrics(name: str, metrics: Sequence[str], *, runs: str | Sequence[str]
 
     >>> plot_metrics("cnn-demo", ["val_acc"], out=Path("acc.png"))  # doctest: +SKIP
     """
+    out = check_output(out)
     if x not in ("epoch", "step"):
         raise ConfigError(f"--x {x!r}: plot against epoch or step")
     if not metrics:
@@ -137,6 +208,7 @@ def plot_metrics(name: str, metrics: Sequence[str], *, runs: str | Sequence[str]
 def plot_comparison(c: Comparison, *, out: Path | None = None, home: Path | None = None) -> list[Path]:
     """Per group: the mean over its runs (seeds) at each epoch or step, with a band from the
     minimum to the maximum. Returns the files written, as ``plot_metrics`` does."""
+    out = check_output(out)
     if not c.groups:
         raise ConfigError(f"no runs to plot for {c.metric}")
     fig, (ax,) = _figure(1)

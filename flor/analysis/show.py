@@ -11,11 +11,12 @@ from typing import Any
 from ..logs import merge_newest
 from ..store.runlogs import read_run_logs
 from .._fmt import human_size
-from ..errors import FlorError
+from ..errors import ConfigError, FlorError
 from ..store.experiment import dir_size
 from ..store.runmeta import RunMeta
 from ..store.experiment import open_experiment
 from .frame import mark_hindsight
+from .plots import PLOT_FORMATS
 from ..logs.summary import summarize
 
 __all__ = ["run_report", "render_report"]
@@ -28,8 +29,11 @@ def _when(t: float | None) -> str:
 def run_report(name: str, run: str | None = None, *, home: Path | None = None) -> dict[str, Any]:
     """Everything ``flor show`` prints, as data: ``run.json`` plus what is computed from the
     store (checkpoints, sizes, replays, the last and best value of every logged name)."""
+    if run == "all":  # `flor logs --run all` reads every run; a report is of one
+        raise ConfigError(f"flor show summarizes one run, not 'all': give a run id or prefix (`flor ls {name}` "
+                          f"lists them), or read every run's values with `flor logs {name} --run all`")
     store = open_experiment(name, home)
-    (run_id,) = store.select_runs(run)
+    run_id = store.resolve_run(run)
     meta = store.read_run(run_id)
     run_dir = store.run_path(run_id)
     manifests = list(store.manifests(run_id))
@@ -62,7 +66,8 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
         "replays": {k: {"workers": v["workers"], "verdict": " / ".join(sorted(v["verdicts"])),
                         "hindsight": sorted(v["hindsight"])} for k, v in replays.items()},
         "tensorboard": str(run_dir / "tb") if (run_dir / "tb").is_dir() else None,
-        "plots": sorted(p.name for p in (run_dir / "plots").glob("*.png")) if (run_dir / "plots").is_dir() else [],
+        "plots": sorted(p.name for p in (run_dir / "plots").iterdir() if p.suffix.lower() in PLOT_FORMATS)
+        if (run_dir / "plots").is_dir() else [],
     }
 
 

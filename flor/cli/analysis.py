@@ -113,8 +113,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from ..analysis import plot_metrics
+    from ..analysis.plots import check_output
 
-    paths = plot_metrics(args.name, args.metric, runs=args.runs, x=args.x, out=args.output,
+    out = check_output(args.output, "-o")  # before any work: a bad path leaves nothing behind
+    paths = plot_metrics(args.name, args.metric, runs=args.runs, x=args.x, out=out,
                          home=SETTINGS.home, definitions=args.definitions, title=args.title)
     _spool_plot(paths[-1])
     print("\n".join(f"wrote {p}" for p in paths))
@@ -126,10 +128,13 @@ def _spool_plot(kept: Path) -> None:
     travels with the spooled run (warns, never raises: the plot is written either way)."""
     if not SETTINGS.spool:
         return
+    if not kept.resolve().is_relative_to(SETTINGS.home.resolve()):
+        return  # no copy could be kept in the store (a warning said so): nothing to upload
+    kept = kept.resolve().relative_to(SETTINGS.home.resolve())
     from ..store import ExperimentStore
     from ..store.sync import spool_files
 
-    name, *key = kept.relative_to(SETTINGS.home).parts  # home/<name>/runs/<run>/plots/<file>
+    name, *key = kept.parts  # home/<name>/runs/<run>/plots/<file>
     spool_files(ExperimentStore(SETTINGS.home, name), SETTINGS.spool, ["/".join(key)])
 
 
@@ -146,7 +151,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis import compare, plot_comparison
     from ..analysis.compare import render, table_rows
     from ..analysis.output import write_rows
+    from ..analysis.plots import check_output
 
+    plot = check_output(args.plot, "--plot") if args.plot is not None else None  # before any work
     c = compare(args.name, by=args.by, metric=args.metric, at=args.at, goal=args.goal, runs=args.runs,
                 x=args.x, home=SETTINGS.home, definitions=args.definitions, unfinished=args.unfinished)
     if args.format == "table":
@@ -158,7 +165,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows = table_rows(c)
         write_rows(sys.stdout, list(rows[0]) if rows else ["rank", *c.by], rows, "csv")
     if args.plot is not None:
-        paths = plot_comparison(c, out=args.plot, home=SETTINGS.home)
+        paths = plot_comparison(c, out=plot, home=SETTINGS.home)
         _spool_plot(paths[-1])
         for p in paths:
             print(f"wrote {p}", file=sys.stderr if args.format != "table" else sys.stdout)
@@ -200,7 +207,7 @@ defs.json holds [{"Name": ..., "Regex": ...}, ...] (at most 40; group 1 is the n
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     p.set_defaults(func=cmd_show)
 
-    p = subcommand(sub, "plot", "plot logged values against epoch or step into a PNG (several runs overlaid)", """\
+    p = subcommand(sub, "plot", "plot logged values against epoch or step into a PNG, SVG or PDF (several runs overlaid)", """\
   flor plot cnn-demo val_acc -o val_acc.png                  every run, epoch on the x-axis
   flor plot cnn-demo val_loss val_acc --runs 20261130T05 -o curves.png
   flor plot cnn-demo loss --x step -o loss.png               values logged with step=
@@ -210,7 +217,8 @@ A copy is kept in the newest plotted run's plots/ folder.
     p.add_argument("metric", nargs="+", help="logged names, one panel each")
     p.add_argument("--x", choices=["epoch", "step"], default="epoch", help="the x-axis (default: epoch)")
     p.add_argument("--runs", nargs="+", default="all", metavar="RUN", help="run ids or prefixes (default: all)")
-    p.add_argument("-o", "--output", type=Path, default=None, help="the PNG to write")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="the file to write: .png, .svg or .pdf (the suffix names the format)")
     p.add_argument("--definitions", default=None, metavar="JSON", help="also plot regex metrics (see flor metrics)")
     p.add_argument("--title", default=None)
     p.set_defaults(func=cmd_plot)
@@ -232,8 +240,9 @@ sample standard deviation (n-1); groups are ranked by mean, best first.
     p.add_argument("--runs", nargs="+", default=None, metavar="RUN", help="only these run ids or prefixes")
     p.add_argument("--unfinished", action="store_true", help="also use runs that crashed or are running")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    p.add_argument("--plot", type=Path, default=None, metavar="PNG",
-                   help="also plot each group's mean with a min-max band over its runs")
+    p.add_argument("--plot", default=None, metavar="FILE",
+                   help="also plot each group's mean with a min-max band over its runs "
+                        "into FILE (.png, .svg or .pdf)")
     p.add_argument("--x", choices=["epoch", "step"], default="epoch", help="the plot's x-axis")
     p.add_argument("--definitions", default=None, metavar="JSON", help="compare a regex metric (see flor metrics)")
     p.set_defaults(func=cmd_compare)

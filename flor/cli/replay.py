@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import shutil
 import sys
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FlorError
-from ..settings import SETTINGS, validate_name
+from ..settings import MAX_WORKERS, SETTINGS, validate_name
 from ..store import ExperimentStore
 
 from .common import subcommand
@@ -35,8 +38,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v in rep.items() if k != "text"}, indent=1, default=str) if args.json
               else rep["text"])
         return 0 if not rep["missing"] else 1
-    if args.workers is not None and args.workers < 1:
-        raise FlorError(f"--workers {args.workers}: give at least 1")
+    _check_workers_and_gpus(args)
     gpus = detect_gpus(args.gpus)
     epoch_range = parse_epoch_range(args.epochs, "--epochs") if args.epochs else None
     command = list(args.cmd or [])
@@ -60,6 +62,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             if not command:
                 print("  (no command given: blocks counted as not probed; add -- python SCRIPT.py ARGS to check)")
         return 0
+    if args.ray is None:
+        _check_command(command)
     return run_launch(store, run, command, executor=_executor(args.ray), workers=args.workers, gpus=gpus,
                       epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh)
 
@@ -73,13 +77,14 @@ def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
                         ("--report", args.report)):
         if given:
             raise FlorError(f"{flag} replays or shows one run; leave it out with --all, --runs or --where")
-    if args.workers is not None and args.workers < 1:
-        raise FlorError(f"--workers {args.workers}: give at least 1")
+    _check_workers_and_gpus(args)
     threads = None
     if args.threads is not None:
         if not args.threads.isdigit() or int(args.threads) < 1:
             raise FlorError(f"--threads {args.threads!r}: give a number of threads like 2 (auto is for one run)")
         threads = int(args.threads)
+    if args.ray is None and not args.dry_run:
+        _check_command(list(args.cmd or []))
     runs = select_runs(store, every=args.all, runs=args.runs or [], where=args.where or [])
     plan = plan_sweep(store, runs, list(args.cmd or []))
     if args.dry_run:
@@ -87,6 +92,42 @@ def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
         return 0 if not any(sr.skipped for sr in plan) else 1
     return run_sweep(store, plan, executor=_executor(args.ray), workers=args.workers, gpus=detect_gpus(args.gpus),
                      strong=args.strong, threads=threads, fresh=args.fresh)
+
+
+#: a GPU as CUDA_VISIBLE_DEVICES names it: an index, or a GPU-/MIG- UUID as nvidia-smi -L prints it
+_GPU_ID_RE = re.compile(r"^(\d+|(GPU|MIG)-[A-Za-z0-9][A-Za-z0-9/-]*)$")
+
+
+def _check_workers_and_gpus(args: argparse.Namespace) -> None:
+    """``--workers`` within 1..MAX_WORKERS and ``--gpus`` auto, none or distinct GPU ids, checked
+    before anything is planned or written."""
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise FlorError(f"--workers {args.workers}: give a count from 1 to {MAX_WORKERS}")
+    spec = args.gpus
+    if spec in ("auto", "none"):
+        return
+    ids = [g.strip() for g in spec.split(",") if g.strip()]  # "0,1," is 0 and 1, as detect_gpus reads it
+    bad = next((g for g in ids if not _GPU_ID_RE.match(g)), None) if ids else spec
+    if bad is not None or len(set(ids)) != len(ids):
+        what = f"{bad!r} is not a GPU id" if bad is not None else "a GPU id is repeated"
+        raise FlorError(f"--gpus {spec!r}: {what}; give distinct GPU indices like 0,1,2 (or GPU-/MIG- UUIDs), "
+                        "auto, or none for CPU")
+
+
+def _check_command(command: list[str]) -> None:
+    """The program that starts each worker must exist here: else one line, before a launch is written."""
+    if not command:
+        return  # run_launch says to give one
+    prog = command[0]
+    if os.sep in prog or (os.altsep and os.altsep in prog):
+        if not os.path.isfile(prog):
+            raise FlorError(f"command not found: {prog!r} (no such file); check the path after --")
+        if not os.access(prog, os.X_OK):
+            raise FlorError(f"command not runnable: {prog!r} is not executable; chmod +x it, "
+                            f"or run it through its interpreter (-- python {prog} ...)")
+    elif shutil.which(prog) is None:
+        raise FlorError(f"command not found: {prog!r} is not on PATH; check its spelling after --, "
+                        f"e.g. flor replay NAME -- python train.py")
 
 
 def _script_name(cmd: list[str] | None) -> str:

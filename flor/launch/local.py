@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 from typing import Iterator, Mapping, Sequence
 
+from ..errors import ConfigError
 from .executor import Worker
 from .output import read_lines
 
@@ -21,7 +22,14 @@ class LocalWorker:
     """A worker process; its stderr joins its stdout so the lines keep their order."""
 
     def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
-        self.proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            self.proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT)
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            prog = command[0] if command else ""
+            why = "not found" if isinstance(exc, FileNotFoundError) else f"cannot be run ({exc.strerror})"
+            raise ConfigError(f"command {why}: {prog!r}; check the command after --, "
+                              "e.g. flor replay NAME -- python train.py") from None
 
     def lines(self) -> Iterator[str]:
         assert self.proc.stdout is not None  # piped above
