@@ -265,7 +265,11 @@ def test_ctrl_c_inside_flor_lands_after_its_call_returns(runner):
     recorded is exact."""
     script = runner.cwd / "ctrl_c.py"
     script.write_text(CTRL_C)
-    proc = runner.run(script, "--flor", "int", check=False)
+    # the default disposition, as in signalled(): pytest-xdist workers and `trap '' INT` pass an
+    # ignored SIGINT on, and a process that ignores SIGINT has no KeyboardInterrupt to defer
+    proc = subprocess.run([sys.executable, str(script), "--flor", "int"], cwd=runner.cwd, env=runner.env(),
+                          capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in proc.stderr, proc.stderr
     assert "interrupted after end() at epoch 2" in proc.stdout, proc.stdout + proc.stderr
     store, run, meta = only_run(runner, "int")
