@@ -76,6 +76,34 @@ def test_nested_blocks_are_closed_with_one_warning(runner: Runner):
     assert proc.stderr.count("SkipBlock 'training_loop' at epoch 0 was still open when SkipBlock 'inner' was entered") == 1
 
 
+NESTED_ENDS = """
+import torch, flor
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for epoch in flor.it(range(3)):
+    if flor.SkipBlock.step_into("outer"):
+        for i in range(2):
+            if flor.SkipBlock.step_into("inner"):
+                loss = net(torch.randn(8, 4)).pow(2).mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+            flor.SkipBlock.end(net, opt)
+    flor.SkipBlock.end(net, opt)
+"""
+
+
+def test_nested_blocks_with_both_ends_say_nesting(runner: Runner):
+    """Nested blocks that both call end(): the outer end() has no block left, and the error
+    says that blocks were nested, not that step_into was missing (the script has one)."""
+    script = runner.cwd / "nested_ends.py"
+    script.write_text(NESTED_ENDS)
+    proc = runner.run(script, "--flor", "nested", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert ("flor: error: SkipBlocks cannot be nested: SkipBlock 'outer' was still open when SkipBlock "
+            "'inner' was entered") in proc.stderr, proc.stderr
+    assert "without SkipBlock.step_into" not in proc.stderr
+
+
 def test_cli_errors_exit_2(recorded):
     for args, message in ((["logs", "nope"], "no experiment 'nope'"), (["logs", "../x"], "invalid experiment name"),
                           (["ls", "nope"], "no experiment 'nope'"), (["logs", "toy", "--run", "1999"], "unknown")):

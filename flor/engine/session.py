@@ -77,6 +77,9 @@ class Session:
         self.loop = "before"  # before | in | after: where the process is relative to flor.it
         self.occurrences: dict[tuple[str, int | None], int] = {}
         self.open: tuple[str, int | None, int] | None = None
+        # (open block, its epoch, the block whose step_into closed it): a later end() with no
+        # open block in the same epoch is then a nested SkipBlock, and the error says so
+        self.superseded: tuple[str, int | None, str] | None = None
         self.block_started = 0.0
         self.started = time.time()
         self._owner_pid = os.getpid()  # a forked child inherits the session but must not close it
@@ -186,6 +189,7 @@ class Session:
     def open_block(self, name: str) -> tuple[str, int | None, int]:
         self.store.check_block_name(name)
         if self.open is not None:
+            self.superseded = (self.open[0], self.open[1], name)
             self.close_left_open(f"when SkipBlock {name!r} was entered")
         occ = self.occurrences.get((name, self.epoch), 0)
         self.occurrences[(name, self.epoch)] = occ + 1
@@ -195,6 +199,14 @@ class Session:
 
     def close_block(self) -> tuple[str, int | None, int]:
         if self.open is None:
+            if self.superseded is not None and self.superseded[1] == self.epoch:
+                outer, _, inner = self.superseded
+                raise CheckpointError(
+                    f"SkipBlocks cannot be nested: SkipBlock {outer!r} was still open when SkipBlock "
+                    f"{inner!r} was entered, and this SkipBlock.end has no block left to end. Keep one "
+                    f"SkipBlock around the expensive part (drop {inner!r}, or end {outer!r} before "
+                    f"step_into({inner!r}))"
+                )
             raise CheckpointError(
                 "SkipBlock.end was called without SkipBlock.step_into: write "
                 "`if flor.SkipBlock.step_into(NAME): ...` before it"
