@@ -33,7 +33,7 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
         raise ConfigError(f"flor show summarizes one run, not 'all': give a run id or prefix (`flor ls {name}` "
                           f"lists them), or read every run's values with `flor logs {name} --run all`")
     store = open_experiment(name, home)
-    run_id = store.resolve_run(run)
+    run_id = store.select_runs(run)[0]  # the latest is the newest run that reads
     meta = store.read_run(run_id)
     run_dir = store.run_path(run_id)
     manifests = list(store.manifests(run_id))
