@@ -162,3 +162,55 @@ def test_replay_all_leaves_out_a_damaged_run(store: Runner) -> None:
     one_note(proc, bad, "status is int 3")
     assert [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("run ")] == [first, last]
     assert store.tree() == before
+
+
+# -- damaged log files ---------------------------------------------------------------------
+
+def _log_dir_in_place(run_dir) -> str:  # noqa: ANN001
+    (run_dir / "logs" / "replay-x-0.jsonl").mkdir()
+    return "replay-x-0.jsonl: not a regular file"
+
+
+def _fifo_in_place(run_dir) -> str:  # noqa: ANN001
+    import os
+
+    os.mkfifo(run_dir / "logs" / "replay-x-0.jsonl")  # opening it would wait for a writer forever
+    return "replay-x-0.jsonl: not a regular file"
+
+
+def _marks_of_other_shapes(run_dir) -> str:  # noqa: ANN001
+    (run_dir / "stdout.marks.jsonl").write_text(
+        '[1]\n{"mark": "epoch", "at": "x", "epoch": 0}\n{"mark": "epoch", "at": 5, "epoch": "z", "t": "q"}\n'
+        '{"mark": "end", "at": -9}\n{"mark": "end", "at": 1000000, "ngpus": "2"}\n')
+    return ""
+
+
+def _summary_of_other_types(run_dir) -> str:  # noqa: ANN001
+    (run_dir / "logs" / "replay-x-0.summary.json").write_text(
+        '{"replay": [1], "script_sha256": [2], "verdict": {}, "hindsight": 5}')
+    (run_dir / "logs" / "replay-x-0.jsonl").write_text('{"name": "acc", "value": 1.5, "epoch": 0}\n')
+    return ""
+
+
+@pytest.mark.parametrize("damage_logs", [_log_dir_in_place, _fifo_in_place, _marks_of_other_shapes,
+                                         _summary_of_other_types], ids=lambda f: f.__name__.strip("_"))
+def test_a_damaged_log_file_costs_only_itself(store: Runner, damage_logs) -> None:  # noqa: ANN001
+    first, bad, last = runs(store)
+    note = damage_logs(store.home / "toy" / "runs" / bad)
+    before = store.tree() if "fifo" not in damage_logs.__name__ else None  # a FIFO cannot be read
+    (store.cwd / "defs.json").write_text(json.dumps([{"Name": "printed_acc", "Regex": r"acc ([0-9.]+)"}]))
+    for args in (["logs", "toy", "--run", "all", "--format", "csv"], ["show", "toy", bad],
+                 ["metrics", "toy", "--run", "all", "--definitions", "defs.json"],
+                 ["compare", "toy", "--by", "lr", "--metric", "acc"],
+                 ["plot", "toy", "acc", "-o", str(store.cwd / "acc.png")]):
+        proc = store.flor(*args, check=False)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        if note and args[0] != "metrics":  # metrics reads printed output, not log files
+            assert len(lines) == 1 and lines[0].startswith("flor: skipped ") and note in lines[0], (args, lines)
+        else:
+            assert lines == [], (args, lines)
+        if args[0] in ("logs", "metrics"):
+            assert all(run in proc.stdout for run in (first, bad, last)), args
+    if before is not None:
+        assert not_plots(store.tree()) == not_plots(before)
