@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
 from ..store.experiment import open_experiment
 from .frame import hyperparameters, records
 from ..logs.summary import goal_of, number
@@ -147,6 +147,13 @@ def compare(names: Sequence[str], *, by: Sequence[str], metric: str, at: str | i
         chosen = store.runs() if not runs else [r for r in store.runs() if any(r.startswith(p) for p in runs)]
         if runs and not chosen:
             raise ConfigError(f"none of the runs {list(runs)} is in {name}; `flor ls {name}` lists them")
+        if runs and len(chosen) == 1:
+            store.read_run(chosen[0])  # the one run named: a damaged one is the error
+        # among several, a damaged run is left out with a warning, not the comparison
+        chosen = store.readable_runs(chosen)
+        if not chosen:
+            raise StorageError(f"no run of {name} to compare can be read: each run.json is damaged (named above); "
+                               f"`flor verify {name}` lists every problem")
         merged = records(name, run=chosen, home=home, newest=True, definitions=definitions)
         for run in chosen:
             meta = store.read_run(run)

@@ -72,7 +72,7 @@ def script_versions(store: ExperimentStore, run: str, logged: list[dict]) -> lis
         if key not in replayed:
             try:
                 digest = json.loads(layout.replay_summary(*key).read_text()).get("script_sha256")
-            except (OSError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError, RecursionError):
                 digest = None
             replayed[key] = digest[:12] if isinstance(digest, str) else None
         rec["script"] = replayed[key]

@@ -21,6 +21,7 @@ only from the last worker.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -146,10 +147,22 @@ def _marks(log: Path) -> list[dict]:
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                out.append(json.loads(line))
-            except ValueError:
+                mark = json.loads(line)
+            except (ValueError, RecursionError):
                 continue  # torn by a crash
+            if _is_mark(mark):  # the file is untrusted: a mark of another shape is left out
+                out.append(mark)
     return out
+
+
+def _is_mark(mark: Any) -> bool:
+    """A mark as flor writes it: ``{"mark": str, "at": byte offset, "t": time, "epoch": int, ...}``."""
+    def whole(v: Any) -> bool:
+        return type(v) is int and v >= 0
+
+    return (isinstance(mark, dict) and isinstance(mark.get("mark", ""), str) and whole(mark.get("at", 0))
+            and (mark.get("epoch") is None or whole(mark["epoch"]))
+            and (mark.get("t") is None or type(mark["t"]) in (int, float) and math.isfinite(mark["t"])))
 
 
 def _sections(log: Path, marks: list[dict]) -> list[Section]:
@@ -171,6 +184,7 @@ def printed_lines(log: Path, *, worker: int | None = None) -> Iterator[tuple[str
     time at the end of the line's epoch (flor marks epochs, not lines)."""
     marks = _marks(log)
     ngpus = next((m.get("ngpus") for m in marks if m.get("mark") == "end" and "ngpus" in m), None)
+    ngpus = ngpus if type(ngpus) is int else None  # untrusted: another type is no count of workers
     try:
         data = log.read_bytes()
         mtime = os.path.getmtime(log)

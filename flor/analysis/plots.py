@@ -167,7 +167,7 @@ def plot_metrics(name: str, metrics: Sequence[str], *, runs: str | Sequence[str]
         raise ConfigError("name at least one metric to plot")
     store = open_experiment(name, home)
     merged = records(name, run=runs, home=home, newest=True, definitions=definitions)
-    run_ids = list(dict.fromkeys(r["run"] for r in merged)) or [store.runs()[-1]]
+    run_ids = list(dict.fromkeys(r["run"] for r in merged)) or store.select_runs(None)
     logged = {r["name"] for r in merged}
     for m in metrics:
         if m not in logged:

@@ -33,7 +33,7 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
         raise ConfigError(f"flor show summarizes one run, not 'all': give a run id or prefix (`flor ls {name}` "
                           f"lists them), or read every run's values with `flor logs {name} --run all`")
     store = open_experiment(name, home)
-    run_id = store.resolve_run(run)
+    run_id = store.select_runs(run)[0]  # the latest is the newest run that reads
     meta = store.read_run(run_id)
     run_dir = store.run_path(run_id)
     manifests = list(store.manifests(run_id))
@@ -49,15 +49,20 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
     for m in values:
         values[m]["hindsight"] = any(r.get("hindsight") for r in merged if r["name"] == m)
     replays: dict[str, dict[str, Any]] = {}
-    for _, _, path in store.layout(run_id).replay_summaries():
+    for replay_id, _, path in store.layout(run_id).replay_summaries():
         try:
             s = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
-        r = replays.setdefault(str(s.get("replay")), {"workers": 0, "verdicts": set(), "hindsight": set()})
+        if not isinstance(s, dict):  # untrusted: a summary of another shape says nothing
+            continue
+        # the id its file name holds (checked against the grammar), not what the file claims
+        r = replays.setdefault(replay_id, {"workers": 0, "verdicts": set(), "hindsight": set()})
         r["workers"] += 1
-        r["verdicts"].add(s.get("verdict", "?"))
-        r["hindsight"].update(s.get("hindsight") or [])
+        verdict, hindsight = s.get("verdict", "?"), s.get("hindsight")
+        r["verdicts"].add(verdict if isinstance(verdict, str) else "?")
+        if isinstance(hindsight, list):
+            r["hindsight"].update(h for h in hindsight if isinstance(h, str))
     return {
         "name": name, "run": run_id, "meta": meta, "run_dir": str(run_dir),
         "checkpoints": len(manifests), "damaged_checkpoints": damaged, "checkpoint_blocks": sorted({b for b, _, _ in manifests}),

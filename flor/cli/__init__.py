@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .._version import __version__
 from ..errors import FlorError, warn
@@ -60,7 +61,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise FlorError(f"no experiment {args.name!r} under {home}; `flor ls` lists them")
     print(f"{'run':<30} {'status':<11} {'started (UTC)':<19} {'epochs':>6} {'ckpts':>5} {'ckpt size':>10}")
     for run in runs:
-        meta = store.read_run(run)
+        try:
+            meta = store.read_run(run)
+        except FlorError as exc:  # listed as damaged; the others are still worth listing
+            warn(f"skipped {exc}")
+            print(f"{run:<30} {'damaged':<11} {'-':<19} {'-':>6} {'-':>5} {'-':>10}")
+            continue
         manifests = list(store.manifests(run))
         size = 0
         for block, epoch, occ in manifests:
@@ -102,13 +108,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if command:
         args.cmd = command
-    try:
-        return int(args.func(args) or 0)
-    except FlorError as exc:
-        print(f"flor: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line
+        try:
+            return int(args.func(args) or 0)
+        except FlorError as exc:
+            print(f"flor: error: {exc}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:
+            return 0
+
+
+def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              file: Any = None, line: str | None = None) -> None:
+    """flor's own warnings as the one line they are (``flor: skipped run ...``), not Python's
+    two (file, line number, source); any other warning as Python shows it."""
+    text = str(message)
+    if not text.startswith("flor: "):
+        text = warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n")
+    print(text, file=file or sys.stderr)
 
 
 if __name__ == "__main__":

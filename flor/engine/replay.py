@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .._fmt import listed
-from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError
+from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError, StorageError
 from ..logs import LogWriter, occurrence_keys, record_key, same_value
 from ..store.layout import RunLayout
 from ..store.runlogs import read_run_logs, retire_worker_files
@@ -48,7 +48,15 @@ class ReplaySession(Session):
         if settings.spool:  # pull the run from the S3 spool when it is not local; blobs come on demand
             remote = attach_spool(self.store, settings.spool, settings.run, progress=progress)
         self.run = self.store.resolve_run(settings.run)
-        self.meta = self.store.read_run(self.run)
+        try:
+            self.meta = self.store.read_run(self.run)
+        except StorageError as exc:
+            if settings.run is not None:
+                raise
+            # not an older run in its place: the edited script was meant for the latest, and a
+            # replay writes into the run it replays; the user picks the other run by name
+            raise StorageError(f"the latest recording cannot be replayed: {exc}; to replay an earlier run, "
+                               f"add --flor_run RUN (`flor ls {settings.name}` lists them)") from exc
         if remote is None and self.meta.spool:  # evicted blobs come back from it
             remote = LazyRemote(self.store, self.meta.spool, progress=progress,
                                 say=lambda text: print(f"flor: {text}", file=sys.stderr))

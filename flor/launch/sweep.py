@@ -80,7 +80,7 @@ def parse_where(exprs: Sequence[str]) -> list[tuple[str, Any]]:
 
 def select_runs(store: ExperimentStore, *, every: bool, runs: Sequence[str], where: Sequence[str]) -> list[str]:
     """The runs of a sweep: ``--all``, ``--runs`` ids or prefixes, and/or every ``--where`` (ANDed)."""
-    chosen = store.runs() if every or not runs else store.select_runs(list(runs))
+    chosen = store.select_runs("all") if every or not runs else store.select_runs(list(runs))
     if not chosen:
         raise ConfigError(f"{store.name} has no runs; record some with `python train.py --flor {store.name}`")
     conditions = parse_where(where)

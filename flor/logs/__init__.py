@@ -285,10 +285,20 @@ def parse_record(line: bytes | str) -> dict | None:
 
 def read_jsonl(path: Path) -> Iterable[dict]:
     """The records of one log file. A line torn by a crash is skipped; other damaged lines
-    are skipped with one warning naming the file."""
+    are skipped with one warning naming the file, and so is a file that is not a regular
+    file (a folder, a FIFO or a device put in its place: opening one could block or never end)
+    or cannot be read."""
     damaged = 0
     torn = False
-    with open(path, "rb") as fh:
+    try:
+        if not path.is_file():
+            raise OSError("not a regular file")
+        fh = open(path, "rb")
+    except OSError as exc:
+        warnings.warn(f"flor: skipped {path}: {exc.strerror or exc}; move it out of the run's logs/ folder",
+                      RuntimeWarning, stacklevel=2)
+        return
+    with fh:
         for raw in fh:
             line = raw.strip()
             if not line:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..errors import CheckpointError, ConfigError, ReplayError, StorageError
+from ..errors import CheckpointError, ConfigError, ReplayError, StorageError, warn
 from ..settings import SETTINGS, validate_name
 from .blobs import BlobStore, RemoteFetcher
 from .ids import check_run_id, contained, is_block_name, is_checkpoint_file, is_run_id
@@ -144,21 +144,62 @@ class ExperimentStore:
         self.backend.write(key, dumps(obj), durable=durable)
 
     def read_run(self, run: str) -> RunMeta:
-        """The run's ``run.json``, checked and typed (a damaged one is a StorageError naming it)."""
+        """The run's ``run.json``, checked and typed: a damaged one is a StorageError naming the
+        run, what is wrong and how to set the run aside."""
         key = self.run_key(run, "run.json")
-        return RunMeta.from_json(self.read_json(key), str(self.backend.path(key)), name=self.name, run=run)
+        try:
+            return RunMeta.from_json(self.read_json(key), str(self.backend.path(key)), name=self.name, run=run)
+        except StorageError as exc:
+            raise StorageError(f"run {run} of {self.name}: {exc}; to set the run aside, move {self.run_path(run)} "
+                               f"out of {self.root / 'runs'} (`flor verify {self.name}` lists every problem)") from exc
+
+    def readable_runs(self, runs: Sequence[str] | None = None) -> list[str]:
+        """The runs among ``runs`` (default: every run) whose ``run.json`` reads, in order.
+
+        A store is untrusted input and one damaged run must not hide the others from the
+        commands that list or aggregate runs: each damaged one is left out with one warning
+        that names it, what is wrong and what to do. A command that names a run reads it with
+        ``read_run`` and gets the error instead.
+        """
+        out = []
+        for run in self.runs() if runs is None else runs:
+            try:
+                self.read_run(run)
+            except StorageError as exc:
+                warn(f"skipped {exc}")
+            else:
+                out.append(run)
+        return out
 
     def layout(self, run: str) -> RunLayout:
         """The file names of ``run``'s directory."""
         return RunLayout(self.run_path(run))
 
     def select_runs(self, run: str | Sequence[str] | None) -> list[str]:
-        """Run ids: the latest for None, every run for ``"all"``, else each id or unique prefix given."""
+        """Run ids: the latest for None, every run for ``"all"``, else each id or unique prefix given.
+
+        For ``"all"`` and the latest, damaged runs are skipped with a warning
+        (``readable_runs``); the latest is then the newest run that reads. Runs named by id or
+        prefix are returned as named: reading a damaged one is the caller's error.
+        """
         if run == "all" or (run is not None and not isinstance(run, str) and "all" in run):
-            return self.runs()
-        if run is None or isinstance(run, str):
+            return self._some_readable(self.runs())
+        if run is None or run == "latest":
+            for latest in reversed(self.runs()):  # newest first: stop at the first that reads
+                if self.readable_runs([latest]):
+                    return [latest]
+            self._some_readable([])  # raises when there are runs: every one is damaged
+            return [self.resolve_run(run)]  # raises: nothing recorded
+        if isinstance(run, str):
             return [self.resolve_run(run)]
         return list(dict.fromkeys(self.resolve_run(r) for r in run))
+
+    def _some_readable(self, runs: list[str]) -> list[str]:
+        good = self.readable_runs(runs)
+        if not good and self.runs():
+            raise StorageError(f"no run of {self.name} under {self.root} can be read: every run.json is damaged "
+                               f"(each is named above); `flor verify {self.name}` lists every problem")
+        return good
 
     # -- checkpoints -------------------------------------------------------------------
 

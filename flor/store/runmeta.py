@@ -28,11 +28,10 @@ def _check(value: Any, kinds: tuple[type, ...] | type, name: str, where: str, *,
     if value is None and optional:
         return None
     if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
-        raise StorageError(f"{where}: {name} is {value!r}, expected {_kind_name(kinds)}; the file is damaged "
-                           "(`flor verify NAME` lists every problem)")
+        raise StorageError(f"{where}: {name} is {value!r}, expected {_kind_name(kinds)}; the file is damaged")
     if not isinstance(value, kinds):
         raise StorageError(f"{where}: {name} is {type(value).__name__} {value!r:.60}, expected {_kind_name(kinds)}; "
-                           "the file is damaged (`flor verify NAME` lists every problem)")
+                           "the file is damaged")
     return value
 
 
@@ -136,7 +135,7 @@ class RunMeta:
         (the experiment and run its path says) fill in for fields an older file lacks."""
         if not isinstance(obj, dict):
             raise StorageError(f"{where}: expected a JSON object, found {type(obj).__name__}; the file is "
-                               "damaged (`flor verify NAME` lists every problem)")
+                               "damaged")
         known = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
         kw: dict[str, Any] = {"extra": {k: v for k, v in obj.items() if k not in known}}
         kw["name"] = _check(obj.get("name", name), str, "name", where, optional=False)
