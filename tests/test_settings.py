@@ -139,3 +139,44 @@ def test_a_scripts_own_flor_prefixed_flag_is_left_to_the_script(argv, script):
     """flor takes the flags it knows out of argv; a flag of the script's own that starts with
     --flor_ (and is not one of flor's misspelled) stays in the script's argv."""
     assert parse(argv, {})[1] == script
+
+
+def _runs(runner) -> list[str]:
+    runs = runner.home / "toy" / "runs"
+    return sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
+
+
+def test_a_bad_flor_arg_after_a_good_one_leaves_no_run_behind(runner):
+    """flor.arg does not start the recording: a bad value in a later flor.arg ends the script
+    before any run directory exists, so the latest run is still the real one."""
+    script = runner.script(edits={"args = parser.parse_args()": "args, _ = parser.parse_known_args()\n"
+                                  "width = flor.arg('width', 3)\nbs = flor.arg('bs', 32)"})
+    runner.run(script, "--epochs", "3", "--bs", "16", "--flor", "toy")
+    (real,) = _runs(runner)
+    before = runner.tree()
+    proc = runner.run(script, "--epochs", "3", "--bs", "abc", "--flor", "toy", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "flor: error: --bs='abc' is not a valid int, the type of the default in flor.arg('bs', 32); "
+        "fix the value on the command line"], proc.stderr
+    assert runner.tree() == before
+    replay = runner.run(script, "--epochs", "3", "--bs", "16", "--flor", "toy", "--replay_flor")
+    assert f"of toy run {real}" in replay.stderr and "replay verified exact: 3 blocks restored" in replay.stderr
+
+
+def test_a_replay_of_the_latest_passes_over_a_run_that_recorded_nothing(runner):
+    """A recording that stopped before its first epoch (nothing checkpointed or logged) is not
+    'the latest' for a replay when a real run exists: the replay says which run it replays. Asked
+    for by name, it is replayed, and the verdict says nothing was checked, not 'verified exact'."""
+    script = runner.script()
+    runner.run(script, "--epochs", "3", "--flor", "toy")
+    stops = runner.script(edits={"step = 0\n": "step = 0\nif flor.recording():\n    raise RuntimeError('no data')\n"},
+                          dest="stops.py")
+    assert runner.run(stops, "--epochs", "3", "--flor", "toy", check=False).returncode == 1
+    real, empty = _runs(runner)
+    replay = runner.run(script, "--epochs", "3", "--flor", "toy", "--replay_flor")
+    assert (f"flor: the latest run {empty} (status crashed) of toy recorded nothing (no epoch, checkpoint or logged "
+            f"value); replaying {real}, the latest run that did") in replay.stderr, replay.stderr
+    assert f"of toy run {real}" in replay.stderr and "replay verified exact: 3 blocks restored" in replay.stderr
+    named = runner.run(script, "--epochs", "3", "--flor", "toy", "--replay_flor", "--flor_run", empty)
+    last = named.stderr.strip().splitlines()[-1]
+    assert last.startswith("flor: replay checked nothing: 0 blocks restored") and "verified exact" not in named.stderr
