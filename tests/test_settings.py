@@ -180,3 +180,39 @@ def test_a_replay_of_the_latest_passes_over_a_run_that_recorded_nothing(runner):
     named = runner.run(script, "--epochs", "3", "--flor", "toy", "--replay_flor", "--flor_run", empty)
     last = named.stderr.strip().splitlines()[-1]
     assert last.startswith("flor: replay checked nothing: 0 blocks restored") and "verified exact" not in named.stderr
+
+
+@pytest.mark.parametrize("mode", [[], ["--replay_flor"]])
+@pytest.mark.parametrize("argv, env, message", [
+    (["--flor_epochs", "abc"], {}, "'abc' is not an epoch range"),
+    (["--flor_epochs", "-3"], {}, "'-3' is not an epoch range"),
+    (["--flor_epochs=5:2"], {}, "selects no epoch"),
+    ([], {"FLOR_EPOCHS": "x"}, "'x' is not an epoch range"),
+    (["--flor_threads", "0"], {}, "'0' is not a number of threads"),
+    (["--flor_threads", "x"], {}, "'x' is not a number of threads"),
+    (["--flor_threads", "-2"], {}, "'-2' is not a number of threads"),
+    ([], {"FLOR_THREADS": "2000"}, "'2000' is not a number of threads"),
+    (["--flor_every", "-1"], {}, "'-1' is not a positive whole number"),
+])
+def test_replay_values_are_checked_while_recording_too(mode, argv, env, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(["t.py", "--flor", "x", *mode, *argv], env)
+
+
+def test_a_flag_the_mode_does_not_use_gets_a_note():
+    s, _ = parse(["t.py", "--flor", "x", "--flor_epochs", "3:", "--flor_threads", "2"], {"FLOR_RUN": "r"})
+    assert s.mode == "record" and s.notes == ("--flor_epochs applies to replays only; this recording ignores it",
+                                              "--flor_threads applies to replays only; this recording ignores it")
+    s, _ = parse(["t.py", "--flor", "x", "--replay_flor", "--flor_every", "2", "--flor_epochs", "1:"], {})
+    assert s.notes == ("--flor_every applies to recordings only; this replay ignores it",)
+    assert parse(["t.py", "--flor", "x", "--replay_flor"], {"FLOR_EVERY": "2"})[0].notes == ()
+
+
+def test_a_bad_replay_flag_fails_a_recording_before_it_writes(runner):
+    script = runner.script()
+    for args in (["--flor_epochs", "abc"], ["--flor_threads", "0"], ["--flor_epochs", "-3"]):
+        proc = runner.run(script, "--epochs", "2", "--flor", "toy", *args, check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith(f"flor: error: --{args[0][2:]}/FLOR_") and not runner.home.exists()
+    proc = runner.run(script, "--epochs", "2", "--flor", "toy", "--flor_threads", "2")
+    assert proc.stderr.splitlines()[0] == "flor: note: --flor_threads applies to replays only; this recording ignores it"
