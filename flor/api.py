@@ -122,7 +122,10 @@ def arg(name: str, default: T) -> T:
     except ConfigError:
         install_error_hook(SETTINGS)  # one line and exit 2, as argparse does
         raise
-    return hparams.arg(name, default, current())
+    # a recording does not start for flor.arg: a bad value in a later flor.arg then ends the
+    # script before any run directory exists (no empty crashed run for a replay to pick)
+    session = current() if SETTINGS.mode == "replay" else None
+    return hparams.arg(name, default, session, recording=SETTINGS.mode == "record")
 
 
 def replaying() -> bool:

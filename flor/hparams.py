@@ -157,7 +157,7 @@ def parse(name: str, default: Any) -> tuple[bool, Any]:
     return given, (_convert(name, text, default) if given else default)
 
 
-def arg(name: str, default: T, session: Any = None) -> T:
+def arg(name: str, default: T, session: Any = None, *, recording: bool = False) -> T:
     """Declare a hyperparameter: its value for this run, recorded with the run.
 
     Recording (and plain runs): ``--NAME VALUE`` (or ``--NAME=VALUE``) on the command line
@@ -188,6 +188,6 @@ def arg(name: str, default: T, session: Any = None) -> T:
         elif name not in recorded:
             session.note(f"flor.arg({name!r}) is not in the recording; using {redact_value(name, wanted)!r}")
     _ARGS[name] = value
-    if session is not None and session.mode == "record":
+    if recording:  # the recording reads captured() when it starts, and follows later captures
         _capture({name: value})
     return value  # type: ignore[no-any-return]

@@ -42,7 +42,9 @@ array, ``slurm<JOBID>.<STEPID>`` for ``srun``), and torchrun's workers one deriv
 ``TORCHELASTIC_RUN_ID`` (or agreed through torchrun's store, see ``flor.ddp``), so the logs
 of one replay group together without ``FLOR_REPLAY_ID``.
 
-Flags win over variables. ``--replay_flor 3/5`` takes the next word as its value when it has
+Every value is checked in every mode; a flag on the command line that the mode does not use
+(a replay-only flag while recording, ``--flor_every``/``--flor_overhead`` while replaying) gets a
+one-line note. Flags win over variables. ``--replay_flor 3/5`` takes the next word as its value when it has
 the form ``X/Y`` and is not an existing path; ``--replay_flor=3/5`` is never ambiguous.
 Without PID/NGPUS a replay worker is placed by torchrun (``RANK``/``WORLD_SIZE``) or Slurm
 (``SLURM_ARRAY_TASK_ID``/``SLURM_ARRAY_TASK_COUNT``, else ``SLURM_PROCID``/``SLURM_NTASKS``).
@@ -108,6 +110,7 @@ class Settings:
     flush_timeout: float = 20.0  # record: the exit waits this long for queued checkpoints (Slurm/k8s grace)
     writer_memory: int | None = None  # record: bytes of queued snapshots; None: min(1 GiB, 10% of RAM)
     malloc: str = "raise"  # FLOR_MALLOC: "raise" glibc's thresholds once (flor.malloc) or leave them at "default"
+    notes: tuple[str, ...] = ()  # flags given that this mode does not use: said once at import
 
     @property
     def experiment_dir(self) -> Path:
@@ -305,6 +308,28 @@ def _parse_overhead(text: str, origin: str) -> float:
     return value
 
 
+def _parse_threads(text: str) -> int:
+    threads = int(text) if text.strip().isdigit() and len(text.strip()) < 10 else 0
+    if not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"--flor_threads/FLOR_THREADS: {text!r} is not a number of threads from 1 to "
+                          f"{MAX_THREADS}; e.g. 2")
+    return threads
+
+
+#: flags that one mode takes and the other has no use for
+_REPLAY_ONLY = ("--flor_run", "--flor_epochs", "--flor_threads", "--flor_strict", "--flor_lenient", "--flor_strong",
+                "--flor_trust_pickles")
+_RECORD_ONLY = ("--flor_every", "--flor_overhead")
+
+
+def _ignored_flags(flags: Mapping[str, str | None], mode: str) -> tuple[str, ...]:
+    """One note per well-formed flag on the command line that ``mode`` does not use (the
+    variables are left alone: a job may export them for its record and replay alike)."""
+    unused, other, this = (_REPLAY_ONLY, "replays", "recording") if mode == "record" else \
+        (_RECORD_ONLY, "recordings", "replay")
+    return tuple(f"{flag} applies to {other} only; this {this} ignores it" for flag in unused if flag in flags)
+
+
 def _split_flags(argv: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
     """Take flor's flags out of argv; return them and the script's own argv."""
     found: dict[str, str | None] = {}
@@ -325,7 +350,8 @@ def _split_flags(argv: Sequence[str]) -> tuple[dict[str, str | None], list[str]]
         if flag in _VALUE_FLAGS:
             if eq:
                 found[flag] = inline
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            elif i + 1 < len(argv) and (not argv[i + 1].startswith("-") or re.match(r"^-\d", argv[i + 1])):
+                # a negative number is a value (refused by its own check, which names it), not a flag
                 found[flag] = argv[i + 1]
                 i += 1
             else:
@@ -409,6 +435,11 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     overhead = _parse_overhead(overhead_text, "--flor_overhead/FLOR_OVERHEAD") if overhead_text else 0.01
     run = flags.get("--flor_run") or env.get("FLOR_RUN") or None
     spool = _spool_settings(flags, env)
+    # replay-only values are checked in every mode: a typo fails the same way whether recording or replaying
+    epochs_text = flags.get("--flor_epochs") or env.get("FLOR_EPOCHS") or None
+    epoch_range = parse_epoch_range(epochs_text, "--flor_epochs/FLOR_EPOCHS") if epochs_text else None
+    threads_text = flags.get("--flor_threads") or env.get("FLOR_THREADS") or None
+    threads = _parse_threads(threads_text) if threads_text is not None else None
 
     if name is None:
         if replay:
@@ -418,9 +449,11 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         return Settings(mode="inert", home=home, debug=debug, config_dir=trust["config_dir"], malloc=malloc, **spool), rest
     validate_name(name)
 
+    notes = _ignored_flags(flags, "replay" if replay else "record")
     if not replay:
         return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, strict=strict, debug=debug,
-                        config_dir=trust["config_dir"], malloc=malloc, **spool, **_writer_settings(env)), rest
+                        config_dir=trust["config_dir"], malloc=malloc, notes=notes, **spool,
+                        **_writer_settings(env)), rest
 
     if replay_value is not None and replay_value.strip().lower() not in ("", "all"):
         pid, ngpus = parse_segment(replay_value, replay_origin)
@@ -437,20 +470,11 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         raise ConfigError(f"FLOR_REPLAY_ID={replay_id!r} must be letters, digits, '.', '_' or '-'")
     if replay_id is None:
         replay_id = shared_replay_id(env, placed_by)
-    epochs_text = flags.get("--flor_epochs") or env.get("FLOR_EPOCHS") or None
-    epoch_range = parse_epoch_range(epochs_text, "--flor_epochs/FLOR_EPOCHS") if epochs_text else None
-    threads_text = flags.get("--flor_threads") or env.get("FLOR_THREADS") or None
-    threads = None
-    if threads_text is not None:
-        threads = int(threads_text) if threads_text.strip().isdigit() and len(threads_text.strip()) < 10 else 0
-        if not 1 <= threads <= MAX_THREADS:
-            raise ConfigError(f"--flor_threads/FLOR_THREADS: {threads_text!r} is not a number of threads from 1 to "
-                              f"{MAX_THREADS}; e.g. 2")
     return (
         Settings(
             mode="replay", name=name, home=home, pid=pid, ngpus=ngpus, placed_by=placed_by,
             run=run, strict=strict, lenient=lenient, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
-            threads=threads, debug=debug, malloc=malloc, **trust, **spool,
+            threads=threads, debug=debug, malloc=malloc, notes=notes, **trust, **spool,
         ),
         rest,
     )
@@ -475,6 +499,8 @@ def _from_process() -> Settings:
               "(the docstring of flor.settings lists them)", file=sys.stderr)
         raise SystemExit(2) from None
     sys.argv[:] = rest
+    for note in settings.notes:
+        print(f"flor: note: {note}", file=sys.stderr)
     return settings
 
 

@@ -242,6 +242,13 @@ class Summary:
     def diverged(self) -> bool:
         return any(e.action == "diverged" for e in self.events) or bool(self.log_mismatches) or bool(self.loop)
 
+    @property
+    def checked_nothing(self) -> bool:
+        """No block was restored or compared and no value was logged in both record and replay
+        (a recording with no epoch, or a worker whose segment is empty): nothing to call exact."""
+        c = self.counts()
+        return not (c["restored"] or c["matched"] or c["diverged"] or self.shared_logs)
+
     def counts(self) -> dict[str, int]:
         out = {"restored": 0, "matched": 0, "diverged": 0, "executed": 0}
         for e in self.events:
@@ -251,7 +258,8 @@ class Summary:
 
     def to_json(self) -> dict:
         return {
-            "verdict": "failed" if self.failed else "diverged" if self.diverged else "verified exact",
+            "verdict": "failed" if self.failed else "diverged" if self.diverged
+            else "checked nothing" if self.checked_nothing else "verified exact",
             "counts": self.counts(), "shared_logs": self.shared_logs,
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
             "loop": self.loop,
@@ -292,6 +300,10 @@ class Summary:
         elif self.diverged:
             status = "exit status 0 (--flor_lenient)" if self.lenient else "exit status 3 (--flor_lenient keeps 0)"
             lines.append(f"flor: replay DIVERGED: {blocks}; {logs}; {status}")
+        elif self.checked_nothing:
+            lines.append(f"flor: replay checked nothing: {blocks}; {logs} (no block was restored or checked "
+                         "and no value logged in both record and replay: `flor show NAME` lists what the run "
+                         "recorded)")
         else:
             lines.append(f"flor: replay verified exact: {blocks}; {logs}")
         return "\n".join(lines)

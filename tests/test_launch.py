@@ -16,7 +16,9 @@ import pytest
 
 from conftest import Runner, values
 from flor.launch.estimate import probed_blocks
+from flor.errors import FlorError
 from flor.launch.executor import Executor
+from flor.launch.local import LocalExecutor
 from flor.launch.launcher import Launch, detect_gpus
 from flor.logs import merge_newest
 from flor.store.runlogs import read_run_logs
@@ -310,3 +312,41 @@ def test_many_workers_merge_in_epoch_order(tmp_path):
     for w in range(12):
         (logs / f"replay-r-{w}.jsonl").write_text(json.dumps({"name": "x", "value": w, "epoch": w, "step": None}) + "\n")
     assert [x["epoch"] for x in read_run_logs(tmp_path, "run")] == list(range(12))
+
+
+class VanishingCommandExecutor(LocalExecutor):
+    """Real worker processes; before worker 1 starts, the command's executable is removed (it
+    passed the launcher's check), so its spawn fails with the real FileNotFoundError."""
+
+    def start(self, index, command, env, *, threads):
+        if index == 1:
+            Path(command[0]).unlink()
+        return super().start(index, command, env, threads=threads)
+
+
+def test_a_worker_that_cannot_start_ends_the_launch_as_failed(rec, tmp_path, monkeypatch):
+    """A worker whose start fails after the check (here its executable vanished) stops the workers
+    already started, leaves the launch record 'failed' with the reason, and is one FlorError line;
+    the same command then resumes the launch."""
+    monkeypatch.chdir(rec.cwd)  # where the command's script is, as for the CLI below
+    for key, value in rec.env().items():  # the workers' store and config are the test's, never the user's
+        monkeypatch.setenv(key, value)
+    python = tmp_path / "python"
+    python.symlink_to(sys.executable)
+    store = ExperimentStore(rec.home, "toy")
+    run = store.resolve_run(None)
+    command = [str(python), "outer.py", "--epochs", str(EPOCHS)]
+    err = io.StringIO()
+    launch = Launch(store, run, command, workers=2, gpus=[], epoch_range=None, strong=False, threads=None,
+                    fresh=True, out=io.StringIO(), err=err)
+    with pytest.raises(FlorError) as caught:
+        launch.execute(VanishingCommandExecutor())
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("worker 1 (epochs 3-5) could not start: command not found: ")
+    assert f"1 started worker(s) stopped, launch {launch.replay_id} recorded as failed" in message
+    record = json.loads((launch.run_dir / "logs" / f"launch-{launch.replay_id}.json").read_text())
+    assert record["status"] == "failed" and record["error"].startswith("worker 1 (epochs 3-5) could not start")
+    assert record["ended"] is not None and record["segments"][0]["rc"] is not None  # worker 0 was stopped and awaited
+    python.symlink_to(sys.executable)
+    again = flor_replay(rec, "--workers", "2", "--", *command)
+    assert again.returncode == 0 and "resuming: 2 of 2 segments left" in again.stderr, again.stderr

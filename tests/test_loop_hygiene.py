@@ -69,6 +69,7 @@ def test_the_check_reads_the_locals_of_a_loop_in_a_function():
         warmup = torch.optim.lr_scheduler.LinearLR(opt)  # noqa: F841 - found by name in this frame
         scaler = torch.amp.GradScaler("cpu")  # noqa: F841
         objects.warn_forgotten("train", (net, opt))
+        del warmup, scaler  # used: warn_forgotten found them in this frame by name
 
     with pytest.warns(RuntimeWarning) as caught:
         main()

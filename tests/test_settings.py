@@ -139,3 +139,80 @@ def test_a_scripts_own_flor_prefixed_flag_is_left_to_the_script(argv, script):
     """flor takes the flags it knows out of argv; a flag of the script's own that starts with
     --flor_ (and is not one of flor's misspelled) stays in the script's argv."""
     assert parse(argv, {})[1] == script
+
+
+def _runs(runner) -> list[str]:
+    runs = runner.home / "toy" / "runs"
+    return sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
+
+
+def test_a_bad_flor_arg_after_a_good_one_leaves_no_run_behind(runner):
+    """flor.arg does not start the recording: a bad value in a later flor.arg ends the script
+    before any run directory exists, so the latest run is still the real one."""
+    script = runner.script(edits={"args = parser.parse_args()": "args, _ = parser.parse_known_args()\n"
+                                  "width = flor.arg('width', 3)\nbs = flor.arg('bs', 32)"})
+    runner.run(script, "--epochs", "3", "--bs", "16", "--flor", "toy")
+    (real,) = _runs(runner)
+    before = runner.tree()
+    proc = runner.run(script, "--epochs", "3", "--bs", "abc", "--flor", "toy", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "flor: error: --bs='abc' is not a valid int, the type of the default in flor.arg('bs', 32); "
+        "fix the value on the command line"], proc.stderr
+    assert runner.tree() == before
+    replay = runner.run(script, "--epochs", "3", "--bs", "16", "--flor", "toy", "--replay_flor")
+    assert f"of toy run {real}" in replay.stderr and "replay verified exact: 3 blocks restored" in replay.stderr
+
+
+def test_a_replay_of_the_latest_passes_over_a_run_that_recorded_nothing(runner):
+    """A recording that stopped before its first epoch (nothing checkpointed or logged) is not
+    'the latest' for a replay when a real run exists: the replay says which run it replays. Asked
+    for by name, it is replayed, and the verdict says nothing was checked, not 'verified exact'."""
+    script = runner.script()
+    runner.run(script, "--epochs", "3", "--flor", "toy")
+    stops = runner.script(edits={"step = 0\n": "step = 0\nif flor.recording():\n    raise RuntimeError('no data')\n"},
+                          dest="stops.py")
+    assert runner.run(stops, "--epochs", "3", "--flor", "toy", check=False).returncode == 1
+    real, empty = _runs(runner)
+    replay = runner.run(script, "--epochs", "3", "--flor", "toy", "--replay_flor")
+    assert (f"flor: the latest run {empty} (status crashed) of toy recorded nothing (no epoch, checkpoint or logged "
+            f"value); replaying {real}, the latest run that did") in replay.stderr, replay.stderr
+    assert f"of toy run {real}" in replay.stderr and "replay verified exact: 3 blocks restored" in replay.stderr
+    named = runner.run(script, "--epochs", "3", "--flor", "toy", "--replay_flor", "--flor_run", empty)
+    last = named.stderr.strip().splitlines()[-1]
+    assert last.startswith("flor: replay checked nothing: 0 blocks restored") and "verified exact" not in named.stderr
+
+
+@pytest.mark.parametrize("mode", [[], ["--replay_flor"]])
+@pytest.mark.parametrize("argv, env, message", [
+    (["--flor_epochs", "abc"], {}, "'abc' is not an epoch range"),
+    (["--flor_epochs", "-3"], {}, "'-3' is not an epoch range"),
+    (["--flor_epochs=5:2"], {}, "selects no epoch"),
+    ([], {"FLOR_EPOCHS": "x"}, "'x' is not an epoch range"),
+    (["--flor_threads", "0"], {}, "'0' is not a number of threads"),
+    (["--flor_threads", "x"], {}, "'x' is not a number of threads"),
+    (["--flor_threads", "-2"], {}, "'-2' is not a number of threads"),
+    ([], {"FLOR_THREADS": "2000"}, "'2000' is not a number of threads"),
+    (["--flor_every", "-1"], {}, "'-1' is not a positive whole number"),
+])
+def test_replay_values_are_checked_while_recording_too(mode, argv, env, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(["t.py", "--flor", "x", *mode, *argv], env)
+
+
+def test_a_flag_the_mode_does_not_use_gets_a_note():
+    s, _ = parse(["t.py", "--flor", "x", "--flor_epochs", "3:", "--flor_threads", "2"], {"FLOR_RUN": "r"})
+    assert s.mode == "record" and s.notes == ("--flor_epochs applies to replays only; this recording ignores it",
+                                              "--flor_threads applies to replays only; this recording ignores it")
+    s, _ = parse(["t.py", "--flor", "x", "--replay_flor", "--flor_every", "2", "--flor_epochs", "1:"], {})
+    assert s.notes == ("--flor_every applies to recordings only; this replay ignores it",)
+    assert parse(["t.py", "--flor", "x", "--replay_flor"], {"FLOR_EVERY": "2"})[0].notes == ()
+
+
+def test_a_bad_replay_flag_fails_a_recording_before_it_writes(runner):
+    script = runner.script()
+    for args in (["--flor_epochs", "abc"], ["--flor_threads", "0"], ["--flor_epochs", "-3"]):
+        proc = runner.run(script, "--epochs", "2", "--flor", "toy", *args, check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith(f"flor: error: --{args[0][2:]}/FLOR_") and not runner.home.exists()
+    proc = runner.run(script, "--epochs", "2", "--flor", "toy", "--flor_threads", "2")
+    assert proc.stderr.splitlines()[0] == "flor: note: --flor_threads applies to replays only; this recording ignores it"

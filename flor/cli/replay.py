@@ -32,7 +32,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _cmd_sweep(args, store)
     if args.dry_run:
         raise FlorError("--dry-run shows a sweep's patches: use it with --all, --runs or --where")
-    run = store.resolve_run(args.run)
+    run, picked = store.replay_run(args.run)
+    if picked:
+        print(f"flor: {picked}", file=sys.stderr)
     if args.report is not None:
         rep = replay_report(store, run, None if args.report == "latest" else args.report)
         print(json.dumps({k: v for k, v in rep.items() if k != "text"}, indent=1, default=str) if args.json

@@ -47,7 +47,7 @@ class ReplaySession(Session):
         remote: Any = None
         if settings.spool:  # pull the run from the S3 spool when it is not local; blobs come on demand
             remote = attach_spool(self.store, settings.spool, settings.run, progress=progress)
-        self.run = self.store.resolve_run(settings.run)
+        self.run, picked = self.store.replay_run(settings.run)
         try:
             self.meta = self.store.read_run(self.run)
         except StorageError as exc:
@@ -76,6 +76,8 @@ class ReplaySession(Session):
         self.available = set(self.store.manifests(self.run))
         self._sound: set[tuple] = set()  # manifests read and found intact (``_drop_damaged``)
         self.notes: list[str] = []
+        if picked:
+            self.note(picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
         self.io = {"load_s": 0.0, "restore_s": 0.0, "restore_bytes": 0}  # for the benchmarks
         self._prefetched: dict[tuple, Any] = {}

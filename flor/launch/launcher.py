@@ -19,7 +19,8 @@ Failures and resuming. A worker that fails is reported with its segment, exit st
 last lines; the others finish. The launch is kept in ``runs/<run>/logs/launch-<id>.json``;
 running the same command again (same script, arguments and worker count) resumes it: a
 segment is done when its worker's summary exists with no failure, and only the others run
-(``--fresh`` starts over).
+(``--fresh`` starts over). A worker that cannot start ends the launch (``abort_launches``): the
+started ones are stopped, the record says ``failed`` with the reason, and the CLI exits 2.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from .._fmt import clock, progress, span
-from ..errors import ConfigError
+from ..errors import ConfigError, FlorError
 from ..store.runlogs import retire_worker_files
 from ..placement import cores, new_replay_id, pid_alive
 from ..runinfo import redact_argv, redact_command
@@ -49,7 +50,7 @@ from .output import WorkerOutput, clean
 from .report import merged_summary
 from .workers import WorkerState, failure
 
-__all__ = ["Launch", "detect_gpus", "run_launch"]
+__all__ = ["Launch", "abort_launches", "detect_gpus", "run_launch", "start_error", "stop_workers"]
 
 _PLACEMENT_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
@@ -187,7 +188,7 @@ class Launch:
         plan = self.states[w].plan
         return s.get("exit") is None and s.get("segment") in (None, [plan.segment.start, plan.segment.stop])
 
-    def write_record(self, status: str, summary: dict | None = None) -> None:
+    def write_record(self, status: str, summary: dict | None = None, *, error: str | None = None) -> None:
         rec = {
             "replay": self.replay_id, "name": self.store.name, "run": self.run, **self._identity(),
             "gpus": self.gpus, "status": status, "started": self.started, "pid": os.getpid(),
@@ -203,6 +204,7 @@ class Launch:
                 "estimate_s": round(self.estimate.seconds[s.index], 3),
             } for s in self.states],
             "summary": summary,
+            **({"error": error} if error else {}),
         }
         self.store.write_json(self.store.run_key(self.run, "logs", self.layout.launch_record(self.replay_id).name), rec, durable=False)
 
@@ -322,7 +324,10 @@ class Launch:
         pumps = []
         for s in pending:
             s.spawned = time.time()
-            s.handle = executor.start(s.index, self.command, self.env(s.index), threads=self.estimate.threads)
+            try:
+                s.handle = executor.start(s.index, self.command, self.env(s.index), threads=self.estimate.threads)
+            except Exception as exc:  # noqa: BLE001 - whatever the executor raised, the record must not stay "running"
+                raise abort_launches([self], pending, pumps, start_error(s, exc)) from exc
             pumps.append(threading.Thread(target=self._pump, args=(s,), daemon=True, name=f"flor-w{s.index}"))
             pumps[-1].start()
         try:
@@ -331,12 +336,7 @@ class Launch:
                 self._poll(pending)
                 self.show_progress()
         except KeyboardInterrupt:
-            for s in pending:
-                if s.handle is not None and s.rc is None:
-                    s.handle.stop()
-            for s in pending:
-                if s.handle is not None and s.rc is None:
-                    s.rc, s.exited = s.handle.wait(), time.time()
+            stop_workers(pending)
             self._emit(self.err, "\nflor: interrupted; run the same command again to replay only the missing segments\n")
         for t in pumps:  # the workers' last lines; a grandchild holding the pipe open is not waited for
             t.join(timeout=2.0)
@@ -391,6 +391,44 @@ class Launch:
             notes.append(f"--threads {self.threads}: not the recorded {self.meta.torch_threads}; "
                          "values may differ from the recording in the last bits")
         return notes
+
+
+def stop_workers(states: Sequence[WorkerState]) -> None:
+    """Ask every started worker that still runs to end, then wait for each (Ctrl-C, or a launch
+    that cannot go on)."""
+    for s in states:
+        if s.handle is not None and s.rc is None:
+            s.handle.stop()
+    for s in states:
+        if s.handle is not None and s.rc is None:
+            s.rc, s.exited = s.handle.wait(), time.time()
+
+
+def start_error(s: WorkerState, exc: BaseException) -> str:
+    """Why worker ``s`` could not start, in one line (an OSError from the spawn, an executor's error)."""
+    why = str(exc) if isinstance(exc, FlorError) else f"{type(exc).__name__}: {exc}"
+    return f"worker {s.index} (epochs {span(s.plan.segment)}) could not start: {' '.join(why.split())}"
+
+
+def abort_launches(launches: Sequence["Launch"], states: Sequence[WorkerState], pumps: Sequence[threading.Thread],
+                   reason: str) -> FlorError:
+    """End launches whose next worker could not start (the command removed or no longer executable
+    since the check, a process limit, an executor's failure): stop the workers already started
+    (their segments are not done, so the same command resumes them), record every launch as
+    ``failed`` with ``reason``, and return the error for the CLI's one line (exit status 2)."""
+    stop_workers(states)
+    for t in pumps:
+        t.join(timeout=2.0)
+    for launch in launches:
+        with launch._lock:
+            if launch._bar is not None:
+                launch._bar.close()
+                launch._bar = None
+        launch.write_record("failed", error=reason)
+    stopped = sum(1 for s in states if s.handle is not None)
+    ids = ", ".join(launch.replay_id for launch in launches)
+    return FlorError(f"{reason}; {stopped} started worker(s) stopped, launch {ids} recorded as failed: fix that and "
+                     "run the same command again to replay the missing segments")
 
 
 def run_launch(store: ExperimentStore, run: str, command: list[str], *, executor: Executor, workers: int | None,

@@ -37,7 +37,7 @@ from ..store.runlogs import read_run_logs
 from ..store.runmeta import RunMeta
 from ..verify import non_logging_changes
 from .executor import Executor
-from .launcher import Launch
+from .launcher import Launch, abort_launches, start_error, stop_workers
 from .transplant import TransplantError, transplant, unified_patch
 from .workers import WorkerState
 
@@ -242,7 +242,11 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
                 if gpus:  # the pool's slot, not the worker's index, picks the GPU
                     env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
                 s.spawned = time.time()
-                s.handle = executor.start(s.index, launch.command, env, threads=launch.estimate.threads)
+                try:
+                    s.handle = executor.start(s.index, launch.command, env, threads=launch.estimate.threads)
+                except Exception as exc:  # noqa: BLE001 - no launch record may stay "running"
+                    raise abort_launches([L for _, L in launches], [x for _, x, _ in started], pumps,
+                                         f"run {launch.run}: {start_error(s, exc)}") from exc
                 started.append((launch, s, slot))
                 pumps.append(threading.Thread(target=launch._pump, args=(s,), daemon=True))
                 pumps[-1].start()
@@ -256,12 +260,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
                     bar.refresh()
             time.sleep(0.25)
     except KeyboardInterrupt:
-        for _, s, _ in started:
-            if s.handle is not None and s.rc is None:
-                s.handle.stop()
-        for _, s, _ in started:
-            if s.handle is not None and s.rc is None:
-                s.rc, s.exited = s.handle.wait(), time.time()
+        stop_workers([s for _, s, _ in started])
         queue.clear()
         err.write("\nflor: interrupted; run the same command again to replay only the missing segments\n")
     for t in pumps:

@@ -127,6 +127,49 @@ class ExperimentStore:
         """The run ``run`` names, or the latest; a clear error when there is none."""
         return pick_run(run, self.runs(), self.name, f"under {self.root} (FLOR_HOME={self.root.parent})")
 
+    def replay_run(self, run: str | None) -> tuple[str, str | None]:
+        """The run a replay of ``run`` uses, and a note when it is not simply the latest.
+
+        Named runs are taken as named. For "the latest", runs that recorded nothing (no epoch,
+        no checkpoint, no logged value: a script that stopped before its loop, or a recording
+        that never got going) are passed over for the newest earlier run that recorded
+        something, since replaying an empty run checks nothing. When every run is empty, the
+        latest is used.
+        """
+        chosen = self.resolve_run(run)
+        if run not in (None, "latest"):
+            return chosen, None
+        empty: list[tuple[str, str]] = []  # (run, why it counts as empty)
+        for candidate in reversed(self.runs()):
+            why = self.recorded_nothing(candidate)
+            if why is None:
+                break
+            empty.append((candidate, why))
+        else:
+            return chosen, None
+        if not empty:
+            return chosen, None
+        skipped = f"the latest run {empty[0][0]} ({empty[0][1]})" if len(empty) == 1 else \
+            f"the {len(empty)} latest runs ({', '.join(r for r, _ in empty[:3])}{', ...' if len(empty) > 3 else ''})"
+        return candidate, (f"{skipped} of {self.name} recorded nothing (no epoch, checkpoint or logged value); "
+                           f"replaying {candidate}, the latest run that did (--flor_run RUN picks a run)")
+
+    def recorded_nothing(self, run: str) -> str | None:
+        """Why ``run`` counts as empty (its status, or that it has no run.json), or None when it
+        finished an epoch, committed a checkpoint or logged a value, or its run.json is damaged
+        (the replay then names the damage)."""
+        key = self.run_key(run, "run.json")
+        if not self.backend.path(key).exists():
+            return "no run.json"
+        try:
+            meta = self.read_run(run)
+        except Exception:  # noqa: BLE001 - a damaged run.json is reported where the run is replayed
+            return None
+        if meta.epochs_done or next(self.manifests(run), None) is not None:
+            return None
+        log = self.layout(run).record_log
+        return None if log.is_file() and log.stat().st_size else f"status {meta.status}"
+
     def run_key(self, run: str, *parts: str) -> str:
         return "/".join(("runs", check_run_id(run), *parts))
 
