@@ -1281,3 +1281,28 @@ def test_large_leaves_are_copied_into_a_pack_without_the_gil_and_that_time_is_no
     (pack, _), = blobs
     assert bytes(pack) == b"".join(t.numpy().tobytes() for t in big)
     assert len(nogil) == 4 + 4 + 1  # each leaf's hash, its memmove into the pack, the pack's hash
+
+
+def test_frozen_parameters_are_in_the_tree_and_follow_requires_grad():
+    """A module's parameters that do not require grad are its node's "frozen", on the fast path
+    as in the full encoding, and an unfreeze between checkpoints (the template kept) is seen;
+    restoring puts requires_grad back, which state_dict's detached tensors do not carry."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+    net[0].weight.requires_grad_(False)
+    cache = TreeCache()
+    snapshot([net], cache=cache).release()
+    assert not cache.off
+    took, tree, blobs = fast_as_full([net], cache)
+    assert took and tree["v"][0]["frozen"] == ["0.weight"]
+    net[0].weight.requires_grad_(True)
+    net[1].bias.requires_grad_(False)
+    took, tree, blobs = fast_as_full([net], cache)
+    assert took and tree["v"][0]["frozen"] == ["1.bias"]
+    check_node(tree)  # a manifest may hold it
+    other = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+    restore([other], tree, blobs.__getitem__)
+    assert [p.requires_grad for p in other.parameters()] == [True, True, True, False]
+    assert diff_nodes(tree, full([net])) == []
+    net[0].bias.requires_grad_(False)
+    assert diff_nodes(tree, full([net])) == ["[0].<requires_grad>"]

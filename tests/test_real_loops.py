@@ -319,6 +319,49 @@ def test_an_optimizer_changed_in_a_restored_block_is_named_with_the_fix(tmp_path
     assert replayed and all(recorded[k] == v for k, v in replayed.items())
 
 
+THAW = """\\
+import torch
+import flor
+
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+for q in net[0].parameters():
+    q.requires_grad_(False)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)  # frozen parameters get no grad, so no update
+x, y = torch.randn(32, 4), torch.randn(32, 1)
+for epoch in flor.it(range(6)):
+    if flor.SkipBlock.step_into("train"):
+        if epoch == 3:
+            for q in net[0].parameters():
+                q.requires_grad_(True)
+        for i in range(4):
+            loss = (net(x[i * 8:(i + 1) * 8]) - y[i * 8:(i + 1) * 8]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    net, opt = flor.SkipBlock.end(net, opt)
+    flor.log("w", float(net[0].weight.detach().sum()))
+"""
+
+
+def test_requires_grad_changed_in_a_restored_block_comes_back(tmp_path):
+    """Unfreezing layers inside the block (requires_grad_ only) at epoch 3, checkpoints at 0
+    and 3: a replay restores epoch 3 and trains 4 and 5 again. state_dict carries no
+    requires_grad, so those epochs trained the layer frozen and the replay DIVERGED, blaming
+    state outside the blocks; the module's frozen parameters are kept with its checkpoint."""
+    r = Runner(tmp_path)
+    script = r.cwd / "thaw.py"
+    script.write_text(THAW)
+    r.run(script, "--flor", "thaw", env=r.env(FLOR_EVERY="3"))
+    recorded = values(run_logs(r, "thaw"))
+    for worker in ("0/1", "1/2"):
+        proc = r.run(script, "--flor", "thaw", "--replay_flor", worker)
+        assert "verified exact" in proc.stderr.strip().splitlines()[-1], proc.stderr
+        assert "executed (no checkpoint): epochs" in proc.stderr, proc.stderr  # it did train again
+    replayed = values([x for x in run_logs(r, "thaw") if x["source"] == "replay"])
+    assert len(replayed) == 6 and all(recorded[k] == v for k, v in replayed.items())
+
+
 SAMPLES = """\
 import torch
 import flor

@@ -17,7 +17,8 @@ Node forms (plain JSON values stand for themselves: None, bool, int, float, str)
     {"t": "tensor", "h": hash, "dtype": str, "shape": [int], "device": str, "rg": bool}
     {"t": "ndarray", "h": hash, "dtype": str, "shape": [int]}
     {"t": "npscalar", "dtype": str, "v": value}
-    {"t": "stateful", "cls": str, "v": node}       state_dict()/load_state_dict()
+    {"t": "stateful", "cls": str, "v": node}       state_dict()/load_state_dict(); a module's also
+    {..., "frozen": [str]}                         its parameters that do not require grad
     {"t": "generator", "device": str, "v": node}   torch.Generator
     {"t": "pyrandom"|"nprandomstate"|"npgenerator", "v": node}
     {"t": "npbitgen", "cls": "PCG64"|..., "v": node}

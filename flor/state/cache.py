@@ -26,7 +26,7 @@ import torch
 from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
 from ..store.writer import give_turn
-from .nodes import _PRIMITIVE_SET, _dataclass_attrs
+from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _frozen
 from .pending import Pending, _empty_like, _side_stream, _tensor_bytes
 
 __all__ = ["TreeCache"]
@@ -110,6 +110,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append(t)
         return _flatten(obj.get_state(legacy=False), sig, vals, tensors, depth + 1, direct)
     if isinstance(obj, torch.nn.Module):
+        vals.append(_frozen(obj))  # the node's "frozen", before its state (``_build``'s order)
         if direct:
             done = _module(obj, sig, vals, tensors)
             if done is not None:
@@ -427,6 +428,8 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
             out["meta"] = _build(node["meta"], vals, nodes)
         return out
     if kind == "stateful":
+        if "frozen" in node:  # a module's
+            return {"t": kind, "cls": node["cls"], "frozen": next(vals), "v": _build(node["v"], vals, nodes)}
         return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
     if kind == "npscalar":
         return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
@@ -473,6 +476,8 @@ def _values(node: Any, out: list, keys: list | None = None) -> None:
         out.append(node["v"])
         return
     if kind in ("stateful", "generator", "object", "dataclass", "pyrandom", "npgenerator", "nprandomstate"):
+        if "frozen" in node:
+            out.append(node["frozen"])
         _values(node["v"], out, keys)
         return
     raise _NotTemplate(kind)

@@ -43,7 +43,10 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
         if a["t"] in ("dict", "odict", "defaultdict", "object", "stateful", "dataclass") \
                 and isinstance(a.get("v"), (dict, list)):
             if a["t"] in ("object", "stateful", "dataclass"):
-                return diff_nodes(a["v"], b["v"], path)
+                if "frozen" in a and "frozen" in b and a["frozen"] != b["frozen"]:  # (a recording older
+                    # than "frozen" has none: not a difference)
+                    out.append(f"{path}.<requires_grad>" if path else "<requires_grad>")
+                return out + diff_nodes(a["v"], b["v"], path)
             ka, kb = a["k"], b["k"]
             if ka != kb:
                 return [f"{path}.<keys>"]

@@ -19,7 +19,7 @@ import torch
 from ..errors import CheckpointError, FlorError, StateError
 from ..leaves import LEAF_KINDS, decode_leaf, find_class
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
-from .nodes import Loader, _TORCH_DTYPES, _qualname
+from .nodes import Loader, _TORCH_DTYPES, _qualname, _set_frozen
 from .rng import _as_tuple, restore_rng
 
 __all__ = ["PickleTrust", "REFUSE_PICKLES", "decode", "restore", "restore_all"]
@@ -260,6 +260,8 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             if isinstance(live, torch.optim.Optimizer):
                 _same_groups(live, state, path)
             live.load_state_dict(state)
+            if isinstance(node.get("frozen"), list) and isinstance(live, torch.nn.Module):
+                _set_frozen(live, node["frozen"])  # (absent: recorded before flor kept it)
             return live
         if kind == "tensor":
             value = _decode_tensor(node, load, to_device=True, path=path)
@@ -364,8 +366,7 @@ def _same_groups(live: torch.optim.Optimizer, state: Any, path: str) -> None:
         "(add_param_group, a group's params) ran in the recording before this checkpoint but not in this "
         "replay, inside a block that was restored or in an epoch this worker skipped. Make the change follow "
         "from the epoch rather than from what ran before: at the top of each epoch, outside the SkipBlock, "
-        "`if epoch >= K and len(opt.param_groups) == 1: opt.add_param_group(...)` (the same for "
-        "requires_grad_)"
+        "`if epoch >= K and len(opt.param_groups) == 1: opt.add_param_group(...)`"
     )
 
 

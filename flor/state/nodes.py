@@ -33,3 +33,26 @@ def _dataclass_attrs(obj: Any) -> dict:
     attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
     attrs.update((k, v) for k, v in getattr(obj, "__dict__", {}).items() if k not in attrs)
     return attrs
+
+
+def _frozen(module: torch.nn.Module) -> list[str]:
+    """The ``state_dict`` names of ``module``'s parameters that do not require grad, in its
+    order: the "frozen" of a module's "stateful" node. ``state_dict`` gives detached tensors,
+    so a backbone unfrozen (``requires_grad_``) inside a block would not come back with the
+    weights, and a replay that trains after restoring that block would train it frozen."""
+    return [f"{prefix}.{name}" if prefix else name
+            for prefix, m in module.named_modules(remove_duplicate=False)
+            for name, p in m._parameters.items() if p is not None and not p.requires_grad]
+
+
+def _set_frozen(module: torch.nn.Module, frozen: list[str]) -> None:
+    """Put a "frozen" list back: every parameter it names stops requiring grad, every other
+    floating-point or complex one requires it (integer parameters cannot)."""
+    names = set(frozen)
+    for prefix, m in module.named_modules(remove_duplicate=False):
+        for name, p in m._parameters.items():
+            if p is None:
+                continue
+            wanted = (f"{prefix}.{name}" if prefix else name) not in names
+            if p.requires_grad != wanted and (not wanted or p.is_floating_point() or p.is_complex()):
+                p.requires_grad_(wanted)

@@ -57,6 +57,7 @@ _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
 _DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|hpu|npu)(:[0-9]{1,4})?$")
 _NP_DTYPE = re.compile(r"^[<>|=]?[a-zA-Z][0-9]{0,4}(\[[0-9]{0,4}[a-zA-Z]{1,2}\])?$")  # '<M8[D]', '<m8[10ms]'
 _CLS = re.compile(r"^[A-Za-z_][A-Za-z0-9_.<>]{0,255}$")
+_PARAM = re.compile(r"^[^\x00-\x1f]{1,1024}$")  # a state_dict key: module names are free text, not control characters
 _MAX_DEPTH = 100
 _MAX_PACKED = 1 << 30  # bytes of one leaf inside a pack (packed leaves are small: flor.state.PACK_LEAF_BYTES)
 _MAX_ELEMENTS = 1 << 48  # elements of one tensor: far beyond any real one, small enough to compute on
@@ -299,6 +300,12 @@ def _with_v(node: dict, path: str, depth: int) -> None:
 
 def _stateful(node: dict, path: str, depth: int) -> None:
     _str(node.get("cls"), path, "the class name", _CLS)
+    if "frozen" in node:  # a module's parameters that do not require grad, by state_dict name
+        frozen = node["frozen"]
+        if not isinstance(frozen, list):
+            _fail(path, "the frozen parameters are not a list")
+        for name in frozen:
+            _str(name, path, "a frozen parameter's name", _PARAM)
     _with_v(node, path, depth)
 
 
