@@ -17,6 +17,7 @@ from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
+from .exits import ExitWatch
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import warn_forgotten
 from .checkpointing import Checkpointing
@@ -100,6 +101,8 @@ class RecordSession(Checkpointing, Session):
             self.meta.world_size = self.ranks.world
             self.ranks.agree_run(self.run)
         self.tee_output(self.layout.stdout)
+        self.exits = ExitWatch(sys._getframe())  # the status of a sys.exit(n) / SystemExit(n) (flor.engine.exits)
+        self.exits.install()
         self._install_hooks()
 
     def write_meta(self, *, durable: bool = False) -> bool:
@@ -162,6 +165,7 @@ class RecordSession(Checkpointing, Session):
                         self.end_epoch(epoch)  # its body ran to the end: the epoch counts
                     else:
                         self.meta.loop_ended = "error"
+                        self.exits.loop_left_by_exception()  # a SystemExit: its code, while it exists
                     raise
                 self.end_epoch(epoch, outer)
             self.meta.loop_ended = "completed"
@@ -308,6 +312,11 @@ class RecordSession(Checkpointing, Session):
                             "terminated": "terminated"}.get(self.exit_error, "crashed")
         if self.exit_error not in (None, "interrupted"):  # terminated: the signal's name
             self.meta.error = getattr(self, "terminated_by", None) or self.exit_error
+        ended = self.exits.outcome() if self.exit_error is None else None
+        self.exits.uninstall()
+        if ended is not None:  # sys.exit(n) / SystemExit(n): crashed unless n is 0 or None
+            self.meta.status, self.meta.exit_code, message = ended
+            self.meta.error = message or self.meta.error
         self.meta.ended = time.time()
         failed = len(self.meta.checkpoint_failures)
         if failed or self.write_failures:

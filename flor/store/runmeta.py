@@ -82,6 +82,9 @@ class RunMeta:
     rank_mismatches: list = field(default_factory=list)
     background: dict[str, Any] | None = None
     error: str | None = None
+    #: the status the script asked for when it ended through ``sys.exit(n)`` or ``SystemExit(n)``
+    #: (a message counts as 1); absent otherwise (flor.engine.exits)
+    exit_code: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -102,6 +105,17 @@ class RunMeta:
     def stopped_early(self) -> bool:
         """The loop ended before its planned length (a ``break``, a crash, an interrupt)."""
         return self.status != "running" and self.epochs_planned is not None and self.epochs_done < self.epochs_planned
+
+    def status_text(self) -> str:
+        """The status as ``flor ls`` and ``flor show`` print it: ``crashed (exit 3)`` for a
+        ``sys.exit(3)``.
+
+        >>> RunMeta("x", "r", status="crashed", exit_code=3).status_text()
+        'crashed (exit 3)'
+        """
+        if self.exit_code is not None and self.exit_code != 0:
+            return f"{self.status} (exit {self.exit_code})"
+        return self.status
 
     def epochs_text(self) -> str:
         """``3 of 6 planned (stopped early)``, ``6 of 6 done``, ``2 of 6 done so far (running)``: how
@@ -143,7 +157,7 @@ class RunMeta:
         kw["status"] = _check(obj.get("status", "running"), str, "status", where, optional=False)
         if kw["status"] not in STATUSES:
             raise StorageError(f"{where}: status {kw['status']!r} is not one of {', '.join(STATUSES)}")
-        ints = ("format", "pid", "torch_threads", "epochs_planned", "checkpoint_every")
+        ints = ("format", "pid", "torch_threads", "epochs_planned", "checkpoint_every", "exit_code")
         for name in ints:
             if name in obj:
                 kw[name] = _check(obj[name], int, name, where)
