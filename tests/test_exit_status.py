@@ -3,13 +3,16 @@
 ``sys.exit(n)``, ``raise SystemExit(n)``, ``exit(n)`` and ``quit(n)`` with a nonzero ``n`` (or a
 message, which exits 1) are recorded ``crashed`` with ``exit_code``; ``n`` 0 or None stays
 ``finished``; a ``SystemExit`` the script caught changes nothing. The process's own exit
-status is Python's, with or without flor.
+status is Python's, with or without flor. A recording killed outright stays ``running`` in
+run.json, and ``flor ls``/``flor show`` say its process is gone.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +55,20 @@ def test_ls_and_show_say_the_exit_code_and_a_caught_exit_changes_nothing(runner:
     assert "crashed (exit 3)" in runner.flor("ls", "stopped").stdout.splitlines()[1]
     assert ": crashed (exit 3)" in runner.flor("show", "stopped").stdout.splitlines()[0]
 
+
+def test_a_killed_recording_is_listed_as_gone(runner: Runner):
+    script = runner.script("exits.py", dest="killed.py")
+    proc = subprocess.Popen([sys.executable, str(script), "--flor", "killed"], cwd=runner.cwd,
+                            env=runner.env(EPOCH_SLEEP="30"), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("epoch 0 ")
+    proc.send_signal(signal.SIGKILL)  # nothing runs: no exit hook writes a status
+    proc.communicate(timeout=60)
+    (run_dir,) = (runner.home / "killed" / "runs").iterdir()
+    before = (run_dir / "run.json").read_bytes()
+    assert json.loads(before)["status"] == "running"
+    row = runner.flor("ls", "killed").stdout.splitlines()[1]
+    assert "running (process gone)" in row, row
+    shown = runner.flor("show", "killed").stdout
+    assert ": running (process gone)" in shown.splitlines()[0] and "its process is gone" in shown, shown
+    assert (run_dir / "run.json").read_bytes() == before  # the store is only read

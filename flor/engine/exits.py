@@ -19,7 +19,7 @@ which case the ``SystemExit`` was caught (``try: parser.parse_args() except Syst
 and the run finished. A ``raise SystemExit(n)`` outside the loop, or a ``sys.exit`` bound
 before the session started (``from sys import exit`` above ``import flor``), passes no place
 flor sees: such a run is recorded ``finished``, as before. ``os._exit`` and SIGKILL run no
-exit hook at all: such a run stays ``running``.
+exit hook at all: such a run stays ``running``, and ``flor ls`` says ``running (process gone)``.
 
 >>> classify(None), classify(0), classify(3), classify("loss is NaN")
 (('finished', 0, None), ('finished', 0, None), ('crashed', 3, None), ('crashed', 1, 'loss is NaN'))

@@ -10,10 +10,12 @@ are in ``extra`` and written back unchanged.
 from __future__ import annotations
 
 import dataclasses
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StorageError
+from ..placement import pid_alive
 
 __all__ = ["RunMeta", "STATUSES"]
 
@@ -106,13 +108,27 @@ class RunMeta:
         """The loop ended before its planned length (a ``break``, a crash, an interrupt)."""
         return self.status != "running" and self.epochs_planned is not None and self.epochs_done < self.epochs_planned
 
+    def process_gone(self) -> bool:
+        """Whether the run says ``running`` but its recording process, which ran on this host, no
+        longer exists: it was killed (SIGKILL, the OOM killer) or left by ``os._exit``, so no exit
+        hook wrote its status. False where that cannot be known (another host, no pid). run.json
+        is left as it is; a replay of such a run says the same (flor.engine.replay)."""
+        if self.status != "running" or not isinstance(self.pid, int) or self.pid <= 0:
+            return False
+        host = self.versions.get("host") if isinstance(self.versions, dict) else None
+        if host is not None and host != socket.gethostname():
+            return False
+        return not pid_alive(self.pid)
+
     def status_text(self) -> str:
         """The status as ``flor ls`` and ``flor show`` print it: ``crashed (exit 3)`` for a
-        ``sys.exit(3)``.
+        ``sys.exit(3)``, ``running (process gone)`` for a recording killed on this host.
 
         >>> RunMeta("x", "r", status="crashed", exit_code=3).status_text()
         'crashed (exit 3)'
         """
+        if self.process_gone():
+            return "running (process gone)"
         if self.exit_code is not None and self.exit_code != 0:
             return f"{self.status} (exit {self.exit_code})"
         return self.status
@@ -126,6 +142,8 @@ class RunMeta:
         """
         done, planned = self.epochs_done, self.epochs_planned
         text = f"{done}" + (f" of {planned}" if planned is not None else "")
+        if self.process_gone():
+            return text + " done (its process is gone)"
         if self.status == "running":
             return text + " done so far (running)"
         if self.stopped_early:
