@@ -19,7 +19,7 @@ from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
 from .exits import ExitWatch
 from .outer import LoopFrame, OuterStateWriter, left_normally
-from .objects import warn_forgotten
+from .objects import caller_frame, warn_forgotten, warn_generators, watch_generators
 from .checkpointing import Checkpointing
 from .session import Session, as_result, copy_source, new_run_id
 from ..settings import Settings
@@ -93,6 +93,7 @@ class RecordSession(Checkpointing, Session):
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
         self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
+        self.generators_watched: dict[str, list] = {}  # block -> its first entry's generators (flor.engine.objects)
         self.passed_ids: set[int] = set()
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
@@ -213,6 +214,8 @@ class RecordSession(Checkpointing, Session):
 
     def step_into(self, name: str, probed: bool) -> bool:
         self.open_block(name)
+        if name not in self.ends_checked:  # its first time: which of the script's own generators does it draw from?
+            self.generators_watched[name] = watch_generators(caller_frame())
         # the RNG state the block starts from: a replay that re-executes the block starts it
         # from here too, even when the script never seeded Python's or NumPy's generator
         t0 = time.perf_counter()
@@ -237,6 +240,7 @@ class RecordSession(Checkpointing, Session):
         if name not in self.ends_checked:  # once a block: an optimizer's scheduler or scaler left out?
             self.ends_checked.add(name)
             warn_forgotten(name, objs)
+            warn_generators(name, self.generators_watched.pop(name, []), objs)
         self.passed_ids.update(id(o) for o in objs)  # outer-loop state: these are checkpointed, not named
         if epoch is None:
             self.meta.outside_blocks.append([name, occ])
