@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -104,6 +105,56 @@ def test_what_counts_as_forgotten(case, expected):
     else:
         variables["sched"] = torch.optim.lr_scheduler.StepLR(opt, 1)
     assert [name for name, _, _ in objects.forgotten(given, variables)] == expected
+
+
+# -- a random generator of the script's own, left out of end() ---------------------------
+
+OWN_GENERATORS = {"step = 0\n": "step = 0\ng = torch.Generator().manual_seed(1)\nrng = np.random.default_rng(2)\n"
+                                "r = random.Random(3)\n"}
+DREW = "a random generator the block drew from"
+
+
+def test_generators_drawn_in_the_block_but_not_given_are_warned_once(runner: Runner):
+    edits = {**OWN_GENERATORS, "            # INNER": "            drawn = torch.randperm(4, generator=g), rng.normal(), r.random()"}
+    proc = runner.run(runner.script(edits=edits), "--epochs", "3", "--flor", "toy")
+    assert proc.stderr.count(DREW) == 3, proc.stderr  # three generators, each once in three epochs
+    for var, kind in (("g", "torch._C.Generator"), ("rng", "numpy.random._generator.Generator"), ("r", "random.Random")):
+        assert f"was not given `{var}` (a {kind}, {DREW})" in proc.stderr, proc.stderr
+        assert f"pass it to SkipBlock.end(..., {var})" in proc.stderr
+
+
+def test_a_generator_given_or_drawn_outside_the_block_is_not_warned(runner: Runner):
+    # g is given to end(), rng and r are drawn outside the block: only h, drawn inside and not given, is named
+    edits = {**OWN_GENERATORS, "            # INNER": "            drawn = torch.randperm(4, generator=g), h.random()",
+             "step = 0\n": OWN_GENERATORS["step = 0\n"] + "h = random.Random(4)\n",
+             "    # OUTER": "    noise = rng.normal() + r.random()",  # drawn every epoch, but outside the block
+             "net, optimizer, scheduler, step = flor.SkipBlock.end(net, optimizer, scheduler, step)":
+             "net, optimizer, scheduler, step, g = flor.SkipBlock.end(net, optimizer, scheduler, step, g)"}
+    proc = runner.run(runner.script(edits=edits), "--epochs", "3", "--flor", "toy")
+    assert proc.stderr.count(DREW) == 1 and "was not given `h` (a random.Random" in proc.stderr, proc.stderr
+
+
+def test_a_dataloaders_generator_is_warned_by_its_path(runner: Runner):
+    edits = {"batch_size=32, shuffle=True)": "batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(5))"}
+    proc = runner.run(runner.script(edits=edits), "--epochs", "3", "--flor", "toy")
+    assert proc.stderr.count(DREW) == 1, proc.stderr
+    assert "was not given `loader.generator` (a torch._C.Generator" in proc.stderr
+    assert "pass it to SkipBlock.end(..., loader.generator)" in proc.stderr
+
+
+def test_the_generator_advice_never_raises_even_under_w_error():
+    g = torch.Generator().manual_seed(0)
+    watched = objects.watch_generators(sys._getframe())
+    assert [name for name, _, _ in watched] == ["g"]
+    torch.randperm(8, generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        objects.warn_generators("train", watched, (torch.nn.Linear(2, 1),))  # warns, as an exception: swallowed
+    with pytest.warns(RuntimeWarning, match="was not given `g`"):
+        objects.warn_generators("train", watched, ())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        objects.warn_generators("train", watched, (g,))  # given: nothing to say
 
 
 # -- an end() that does not fit its checkpoint --------------------------------------------

@@ -162,7 +162,7 @@ def compare(names: Sequence[str], *, by: Sequence[str], metric: str, at: str | i
             mine = [r for r in merged if r["run"] == run]
             known_names.update(r["name"] for r in mine)
             if not unfinished and meta.status != "finished":
-                excluded.append((run, f"status {meta.status}"))
+                excluded.append((run, f"status {meta.status_text()}"))
                 continue
             recs = [r for r in mine if r["name"] == metric]
             picked = _pick(_series(recs, "epoch"), at, goal)

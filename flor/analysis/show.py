@@ -109,7 +109,7 @@ def _ranges(epochs: list[int]) -> str:
 def render_report(rep: dict[str, Any]) -> str:
     meta = rep["meta"]
     v = meta.versions
-    lines = [f"{rep['name']} run {rep['run']}: {meta.status}"
+    lines = [f"{rep['name']} run {rep['run']}: {meta.status_text()}"
              + (f" ({meta.error})" if meta.error else "")]
 
     def row(label: str, text: str) -> None:

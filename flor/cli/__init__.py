@@ -59,13 +59,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     runs = store.runs()
     if not runs:
         raise FlorError(f"no experiment {args.name!r} under {home}; `flor ls` lists them")
-    print(f"{'run':<30} {'status':<11} {'started (UTC)':<19} {'epochs':>6} {'ckpts':>5} {'ckpt size':>10}")
+    print(f"{'run':<30} {'status':<22} {'started (UTC)':<19} {'epochs':>6} {'ckpts':>5} {'ckpt size':>10}")
     for run in runs:
         try:
             meta = store.read_run(run)
         except FlorError as exc:  # listed as damaged; the others are still worth listing
             warn(f"skipped {exc}")
-            print(f"{run:<30} {'damaged':<11} {'-':<19} {'-':>6} {'-':>5} {'-':>10}")
+            print(f"{run:<30} {'damaged':<22} {'-':<19} {'-':>6} {'-':>5} {'-':>10}")
             continue
         manifests = list(store.manifests(run))
         size = 0
@@ -75,7 +75,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             except FlorError as exc:  # listed, not summed: `flor verify` says what is wrong
                 warn(f"run {run}: {exc}")
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(meta.started or 0))
-        print(f"{run:<30} {meta.status:<11} {started:<19} {meta.epochs_done:>6} "
+        print(f"{run:<30} {meta.status_text():<22} {started:<19} {meta.epochs_done:>6} "
               f"{len(manifests):>5} {human_size(size):>10}")
     return 0
 

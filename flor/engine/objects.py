@@ -5,6 +5,12 @@ Two mistakes are easy to make and costly to find later:
 - an optimizer is given but its LR scheduler or GradScaler is not, so their state is not
   checkpointed and a replay that restores the block starts them fresh. ``forgotten`` finds
   them, once per block, among the variables of the frame that calls ``end()``;
+- a random generator of the script's own (``torch.Generator()`` behind a shuffling DataLoader,
+  ``np.random.default_rng(0)``, ``random.Random(0)``) is drawn from inside the block but not
+  given, and it is none of the global generators flor captures (``flor.state.rng``): a replay
+  that restores the block leaves it where it was, and later epochs draw other numbers.
+  ``watch_generators`` fingerprints those in the calling frame (and a DataLoader's) when a
+  block is first entered; ``warn_generators`` names the ones that changed by its end;
 - on replay, ``end()`` gets other objects than the recording did. ``arity_message`` says
   which are missing or extra, by position and type, from the classes the manifest kept.
 
@@ -20,12 +26,15 @@ Two mistakes are easy to make and costly to find later:
 
 from __future__ import annotations
 
+import pickle
+import random
 import sys
 from difflib import SequenceMatcher
 from types import FrameType
 from typing import Any, Iterable, Mapping
 
-__all__ = ["arity_message", "caller_frame", "describe", "describe_node", "forgotten"]
+__all__ = ["arity_message", "caller_frame", "describe", "describe_node", "forgotten", "warn_generators",
+           "watch_generators"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
@@ -157,4 +166,117 @@ def warn_forgotten(name: str, objs: tuple) -> None:
                  f"checkpointed, so a replay that restores {name!r} starts it fresh and its values diverge; "
                  f"pass it to SkipBlock.end(..., {var})")
     except Exception:  # noqa: BLE001 - advice that cannot be given (even under -W error) must not stop training
+        return
+
+
+# -- random generators of the script's own ------------------------------------------------
+
+#: where a DataLoader keeps the generators it draws from (its workers' seeds, its sampler's order)
+_LOADER_GENERATORS = ("generator", "sampler.generator", "batch_sampler.sampler.generator")
+
+
+def _generator_kinds() -> tuple[type, ...]:
+    import numpy as np
+    import torch
+
+    return torch.Generator, np.random.Generator, np.random.RandomState, random.Random
+
+
+def _global_generators() -> set[int]:
+    """Ids of the generators flor captures at every ``end()`` anyway (``flor.state.rng``)."""
+    import numpy as np
+    import torch
+
+    ids = {id(getattr(random, "_inst", None)), id(torch.default_generator),
+           id(getattr(np.random.mtrand, "_rand", None))}
+    if torch.cuda.is_initialized():
+        ids.update(id(g) for g in torch.cuda.default_generators)
+    return ids
+
+
+def _loader_generators(value: Any) -> list[tuple[str, Any]]:
+    """``(attribute path, generator)`` of a DataLoader; nothing for anything else."""
+    import torch.utils.data
+
+    if not isinstance(value, torch.utils.data.DataLoader):
+        return []
+    out = []
+    for path in _LOADER_GENERATORS:
+        inner = value
+        for attr in path.split("."):
+            inner = getattr(inner, attr, None)
+        if inner is not None:
+            out.append((path, inner))
+    return out
+
+
+def generators(variables: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(name, generator)`` of each random generator among ``variables`` and one level into
+    their DataLoaders (``loader.generator``), but the global ones flor captures itself.
+
+    >>> import numpy as np, torch
+    >>> loader = torch.utils.data.DataLoader(list(range(4)), shuffle=True, generator=torch.Generator())
+    >>> [name for name, _ in generators({"rng": np.random.default_rng(0), "loader": loader,
+    ...                                  "r": random.Random(0), "np": np, "torch": torch})]
+    ['rng', 'r', 'loader.generator']
+    """
+    kinds, skip = _generator_kinds(), _global_generators()
+    found: dict[int, tuple[str, Any]] = {}
+
+    def add(name: str, value: Any) -> None:
+        if isinstance(value, kinds) and not isinstance(value, random.SystemRandom) \
+                and id(value) not in skip and id(value) not in found:
+            found[id(value)] = (name, value)
+
+    plain = [(var, value) for var, value in variables.items() if not var.startswith("__") and not isinstance(value, _PLAIN)]
+    for var, value in plain:  # the variables first: a generator is named as the script names it
+        add(var, value)
+    for var, value in plain:
+        for path, inner in _loader_generators(value):
+            add(f"{var}.{path}", inner)
+    return list(found.values())
+
+
+def _fingerprint(gen: Any) -> bytes:
+    """A generator's whole state as bytes (a few kB at most): equal iff it drew nothing."""
+    import numpy as np
+    import torch
+
+    if isinstance(gen, torch.Generator):
+        return gen.get_state().numpy().tobytes()
+    if isinstance(gen, np.random.Generator):
+        return pickle.dumps(gen.bit_generator.state)
+    if isinstance(gen, np.random.RandomState):
+        return pickle.dumps(gen.get_state(legacy=False))
+    return pickle.dumps(gen.getstate())
+
+
+def watch_generators(frame: FrameType | None) -> list[tuple[str, Any, bytes]]:
+    """``(name, generator, fingerprint)`` of the script's own generators visible in ``frame``,
+    taken as a block is first entered; ``warn_generators`` compares them at its end. Never
+    raises: nothing is watched then."""
+    try:
+        return [(name, gen, _fingerprint(gen)) for name, gen in generators(frame_variables(frame))]
+    except Exception:  # noqa: BLE001 - advice only
+        return []
+
+
+def warn_generators(name: str, watched: list[tuple[str, Any, bytes]], objs: tuple) -> None:
+    """Warn about each generator in ``watched`` that block ``name`` drew from (its state changed)
+    but that ``end(*objs)`` was not given (itself, or a DataLoader holding it). Never raises,
+    even under ``-W error``: it only advises."""
+    from ..errors import warn
+
+    try:
+        passed = _passed(objs)
+        passed |= {id(g) for o in objs for _, g in _loader_generators(o)}
+        for var, gen, before in watched:
+            if id(gen) in passed or _fingerprint(gen) == before:
+                continue
+            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({_a(describe(gen))}, a random generator the "
+                 f"block drew from): flor checkpoints the generators given to end() and the global ones (Python's, "
+                 f"NumPy's, torch's) only, so a replay that restores {name!r} leaves `{var}` where it was and later "
+                 "epochs draw other numbers than the recording did (a DataLoader's shuffling order, random crops); "
+                 f"pass it to SkipBlock.end(..., {var})")
+    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
         return

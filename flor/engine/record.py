@@ -17,8 +17,9 @@ from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
+from .exits import ExitWatch
 from .outer import LoopFrame, OuterStateWriter, left_normally
-from .objects import warn_forgotten
+from .objects import caller_frame, warn_forgotten, warn_generators, watch_generators
 from .checkpointing import Checkpointing
 from .session import Session, as_result, copy_source, new_run_id
 from ..settings import Settings
@@ -92,6 +93,7 @@ class RecordSession(Checkpointing, Session):
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
         self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
+        self.generators_watched: dict[str, list] = {}  # block -> its first entry's generators (flor.engine.objects)
         self.passed_ids: set[int] = set()
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
@@ -100,6 +102,8 @@ class RecordSession(Checkpointing, Session):
             self.meta.world_size = self.ranks.world
             self.ranks.agree_run(self.run)
         self.tee_output(self.layout.stdout)
+        self.exits = ExitWatch(sys._getframe())  # the status of a sys.exit(n) / SystemExit(n) (flor.engine.exits)
+        self.exits.install()
         self._install_hooks()
 
     def write_meta(self, *, durable: bool = False) -> bool:
@@ -162,6 +166,7 @@ class RecordSession(Checkpointing, Session):
                         self.end_epoch(epoch)  # its body ran to the end: the epoch counts
                     else:
                         self.meta.loop_ended = "error"
+                        self.exits.loop_left_by_exception()  # a SystemExit: its code, while it exists
                     raise
                 self.end_epoch(epoch, outer)
             self.meta.loop_ended = "completed"
@@ -209,6 +214,8 @@ class RecordSession(Checkpointing, Session):
 
     def step_into(self, name: str, probed: bool) -> bool:
         self.open_block(name)
+        if name not in self.ends_checked:  # its first time: which of the script's own generators does it draw from?
+            self.generators_watched[name] = watch_generators(caller_frame())
         # the RNG state the block starts from: a replay that re-executes the block starts it
         # from here too, even when the script never seeded Python's or NumPy's generator
         t0 = time.perf_counter()
@@ -233,6 +240,7 @@ class RecordSession(Checkpointing, Session):
         if name not in self.ends_checked:  # once a block: an optimizer's scheduler or scaler left out?
             self.ends_checked.add(name)
             warn_forgotten(name, objs)
+            warn_generators(name, self.generators_watched.pop(name, []), objs)
         self.passed_ids.update(id(o) for o in objs)  # outer-loop state: these are checkpointed, not named
         if epoch is None:
             self.meta.outside_blocks.append([name, occ])
@@ -308,6 +316,11 @@ class RecordSession(Checkpointing, Session):
                             "terminated": "terminated"}.get(self.exit_error, "crashed")
         if self.exit_error not in (None, "interrupted"):  # terminated: the signal's name
             self.meta.error = getattr(self, "terminated_by", None) or self.exit_error
+        ended = self.exits.outcome() if self.exit_error is None else None
+        self.exits.uninstall()
+        if ended is not None:  # sys.exit(n) / SystemExit(n): crashed unless n is 0 or None
+            self.meta.status, self.meta.exit_code, message = ended
+            self.meta.error = message or self.meta.error
         self.meta.ended = time.time()
         failed = len(self.meta.checkpoint_failures)
         if failed or self.write_failures:

@@ -10,10 +10,12 @@ are in ``extra`` and written back unchanged.
 from __future__ import annotations
 
 import dataclasses
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StorageError
+from ..placement import pid_alive
 
 __all__ = ["RunMeta", "STATUSES"]
 
@@ -82,6 +84,9 @@ class RunMeta:
     rank_mismatches: list = field(default_factory=list)
     background: dict[str, Any] | None = None
     error: str | None = None
+    #: the status the script asked for when it ended through ``sys.exit(n)`` or ``SystemExit(n)``
+    #: (a message counts as 1); absent otherwise (flor.engine.exits)
+    exit_code: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -103,6 +108,31 @@ class RunMeta:
         """The loop ended before its planned length (a ``break``, a crash, an interrupt)."""
         return self.status != "running" and self.epochs_planned is not None and self.epochs_done < self.epochs_planned
 
+    def process_gone(self) -> bool:
+        """Whether the run says ``running`` but its recording process, which ran on this host, no
+        longer exists: it was killed (SIGKILL, the OOM killer) or left by ``os._exit``, so no exit
+        hook wrote its status. False where that cannot be known (another host, no pid). run.json
+        is left as it is; a replay of such a run says the same (flor.engine.replay)."""
+        if self.status != "running" or not isinstance(self.pid, int) or self.pid <= 0:
+            return False
+        host = self.versions.get("host") if isinstance(self.versions, dict) else None
+        if host is not None and host != socket.gethostname():
+            return False
+        return not pid_alive(self.pid)
+
+    def status_text(self) -> str:
+        """The status as ``flor ls`` and ``flor show`` print it: ``crashed (exit 3)`` for a
+        ``sys.exit(3)``, ``running (process gone)`` for a recording killed on this host.
+
+        >>> RunMeta("x", "r", status="crashed", exit_code=3).status_text()
+        'crashed (exit 3)'
+        """
+        if self.process_gone():
+            return "running (process gone)"
+        if self.exit_code is not None and self.exit_code != 0:
+            return f"{self.status} (exit {self.exit_code})"
+        return self.status
+
     def epochs_text(self) -> str:
         """``3 of 6 planned (stopped early)``, ``6 of 6 done``, ``2 of 6 done so far (running)``: how
         many epochs ran.
@@ -112,6 +142,8 @@ class RunMeta:
         """
         done, planned = self.epochs_done, self.epochs_planned
         text = f"{done}" + (f" of {planned}" if planned is not None else "")
+        if self.process_gone():
+            return text + " done (its process is gone)"
         if self.status == "running":
             return text + " done so far (running)"
         if self.stopped_early:
@@ -143,7 +175,7 @@ class RunMeta:
         kw["status"] = _check(obj.get("status", "running"), str, "status", where, optional=False)
         if kw["status"] not in STATUSES:
             raise StorageError(f"{where}: status {kw['status']!r} is not one of {', '.join(STATUSES)}")
-        ints = ("format", "pid", "torch_threads", "epochs_planned", "checkpoint_every")
+        ints = ("format", "pid", "torch_threads", "epochs_planned", "checkpoint_every", "exit_code")
         for name in ints:
             if name in obj:
                 kw[name] = _check(obj[name], int, name, where)
