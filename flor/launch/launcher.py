@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from .._fmt import clock, progress, span
-from ..errors import ConfigError, FlorError
+from .._files import StoreFileError, read_text
+from ..errors import ConfigError, FlorError, warn
 from ..store.runlogs import retire_worker_files
 from ..placement import cores, new_replay_id, pid_alive
 from ..runinfo import redact_argv, redact_command
@@ -161,8 +162,11 @@ class Launch:
         records = []
         for path in self.layout.launch_records():
             try:
-                rec = json.loads(path.read_text())
-            except (OSError, ValueError):
+                rec = json.loads(read_text(path))  # a regular file, capped, no link followed
+            except StoreFileError as exc:
+                warn(f"skipped {exc.strerror}")
+                continue
+            except (OSError, ValueError, RecursionError):
                 continue
             if isinstance(rec, dict) and is_replay_id(rec.get("replay")):  # its id names files: checked
                 records.append(rec)
@@ -182,8 +186,8 @@ class Launch:
         """A segment is done when its worker's summary exists and reports no failure."""
         path = self.layout.replay_summary(self.replay_id, w)
         try:
-            s = json.loads(path.read_text())
-        except (OSError, ValueError):
+            s = json.loads(read_text(path))
+        except (OSError, ValueError, RecursionError):
             return False
         plan = self.states[w].plan
         return s.get("exit") is None and s.get("segment") in (None, [plan.segment.start, plan.segment.stop])

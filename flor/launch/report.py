@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Collection, TextIO
 
 from .._fmt import span
-from ..errors import FlorError
+from .._files import StoreFileError, read_text
+from ..errors import FlorError, warn
 from ..placement import cores
 from ..store import ExperimentStore
 from ..store.layout import RunLayout
@@ -33,8 +34,11 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
     found: dict[int, dict] = {}
     for _, worker, path in RunLayout(run_dir).replay_summaries(replay_id):
         try:
-            found[worker] = json.loads(path.read_text())
-        except (OSError, ValueError):
+            found[worker] = json.loads(read_text(path))  # a regular file, capped, no link followed
+        except StoreFileError as exc:
+            warn(f"skipped {exc.strerror}")
+            continue
+        except (OSError, ValueError, RecursionError):
             continue
     n = workers or max([int(s.get("ngpus") or 1) for s in found.values()] or [0])
     failures = dict(failures or {})
@@ -113,7 +117,7 @@ def replay_report(store: ExperimentStore, run: str, replay_id: str | None) -> di
     record = layout.launch_record(replay_id)
     if record.is_file():
         try:
-            workers = int(json.loads(record.read_text()).get("workers") or 0) or None
-        except (OSError, ValueError):
-            pass
+            workers = int(json.loads(read_text(record)).get("workers") or 0) or None
+        except (OSError, ValueError, RecursionError, AttributeError, TypeError):
+            pass  # a launch record of another shape: the workers come from the summaries
     return merged_summary(store.run_path(run), replay_id, workers)
