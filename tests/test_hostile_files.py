@@ -228,3 +228,44 @@ def test_a_run_folder_linked_out_of_the_store_is_skipped_with_one_line(store: Ru
     assert proc.returncode == 0 and "evil" not in proc.stdout and first in proc.stdout, proc.stdout
     named = lines_naming(proc, planted.name)
     assert len(named) == 1 and "leads out of the store" in named[0], proc.stderr
+
+
+# -- summaries and launch records of other shapes ------------------------------------------------
+
+BAD_SUMMARIES = {  # file content -> what the note says
+    '{"replay": "x", "ngpus": "two"}': "ngpus is str 'two', expected int",
+    '{"segment": "ab", "verdict": "exact"}': "segment is 'ab', expected [start, stop]",
+    '{"blocks": [{"bogus": 1}]}': "blocks holds {'bogus': 1}, not a block event",
+    '[1, 2]': "it is a JSON list, expected an object",
+}
+BAD_LAUNCHES = {
+    '{"replay": "y", "started": [1], "status": "running", "pid": "abc"}': "started is list [1], expected int or float",
+    '{"replay": "z", "segments": [5]}': "segments holds 5, not a worker's segment",
+    '"a string"': "it is a JSON str, expected an object",
+}
+
+
+@pytest.mark.parametrize("content", list(BAD_SUMMARIES))
+def test_a_replay_summary_of_another_shape_is_skipped_with_one_line(store: Runner, content: str) -> None:
+    _, last = runs(store)
+    path = store.home / "toy" / "runs" / last / "logs" / "replay-x-0.summary.json"
+    path.write_text(content)
+    proc = flor(store, "replay", "toy", "--report", "x")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    named = lines_naming(proc, str(path))
+    assert len(named) == 1 and BAD_SUMMARIES[content] in named[0] and "move it out" in named[0], proc.stderr
+
+
+def test_launch_records_of_another_shape_are_skipped_with_one_line(store: Runner) -> None:
+    _, last = runs(store)
+    logs = store.home / "toy" / "runs" / last / "logs"
+    for i, content in enumerate(BAD_LAUNCHES):
+        (logs / f"launch-bad{i}.json").write_text(content)
+    for args in (["--plan"], []):  # the estimate reads the records, and so does a launch (to resume)
+        proc = flor(store, "replay", "toy", *args, "--", "python", "toy.py", "--epochs", "3", "--lr", "0.02")
+        no_traceback(proc)
+        assert proc.returncode == 0, (args, proc.stderr)
+        for i, content in enumerate(BAD_LAUNCHES):
+            named = lines_naming(proc, str(logs / f"launch-bad{i}.json"))
+            assert len(named) == 1 and BAD_LAUNCHES[content] in named[0], (args, proc.stderr)
