@@ -270,28 +270,3 @@ def test_launch_records_of_another_shape_are_skipped_with_one_line(store: Runner
             named = lines_naming(proc, str(logs / f"launch-bad{i}.json"))
             assert len(named) == 1 and BAD_LAUNCHES[content] in named[0], (args, proc.stderr)
 
-
-# -- a pull from a bucket ------------------------------------------------------------------------
-
-from test_sharing import _cli, _s3_env, bucket, moto  # noqa: E402,F401 - the suite's moto S3 server
-
-
-@pytest.mark.parametrize("planted, why", [
-    (b"[1, 2]", "expected a JSON object, found list"),
-    (b'{"status": "finished", "argv": "rm -rf ~"}', "argv is str"),
-    (b'{"name": "toy", "run', "not valid JSON"),
-])
-def test_a_pulled_run_json_of_another_type_never_enters_the_store(runner: Runner, moto, bucket,  # noqa: ANN001,F811
-                                                                   planted: bytes, why: str) -> None:
-    url = f"s3://{bucket}/team"
-    script = runner.script()
-    runner.run(script, "--flor", "toy", "--epochs", "2", env=_s3_env(runner, moto, url))
-    [run] = os.listdir(runner.home / "toy" / "runs")
-    moto.client().put_object(Bucket=bucket, Key=f"team/toy/runs/{run}/run.json", Body=planted)
-    pulled = runner.cwd / "pulled"
-    out = _cli(runner, _s3_env(runner, moto, url, pulled), "pull", "toy")
-    no_traceback(out)
-    assert out.returncode == 2, out.stdout + out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and why in lines[0] and f"refusing to pull run {run}" in lines[0], out.stderr
-    assert not (pulled / "toy" / "runs" / run / "run.json").exists()
