@@ -168,14 +168,14 @@ def test_replay_all_leaves_out_a_damaged_run(store: Runner) -> None:
 
 def _log_dir_in_place(run_dir) -> str:  # noqa: ANN001
     (run_dir / "logs" / "replay-x-0.jsonl").mkdir()
-    return "replay-x-0.jsonl: not a regular file"
+    return "replay-x-0.jsonl: a folder, not a regular file"
 
 
 def _fifo_in_place(run_dir) -> str:  # noqa: ANN001
     import os
 
     os.mkfifo(run_dir / "logs" / "replay-x-0.jsonl")  # opening it would wait for a writer forever
-    return "replay-x-0.jsonl: not a regular file"
+    return "replay-x-0.jsonl: a FIFO, not a regular file"
 
 
 def _marks_of_other_shapes(run_dir) -> str:  # noqa: ANN001

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "flor"
 # DESIGN.md §7, top to bottom: each row may import the rows above it.
 LAYERS: list[tuple[str, ...]] = [
     ("flor._version", "flor.errors"),
-    ("flor._fmt", "flor.malloc"),
+    ("flor._fmt", "flor._files", "flor.malloc"),
     ("flor.placement",),
     ("flor.settings",),
     ("flor.plan", "flor.policy", "flor.verify"),

@@ -373,6 +373,27 @@ def test_pull_and_replay_from_a_bucket_with_planted_keys_write_nothing_outside(r
     assert f"ignored {len(PLANTED)} key(s) of run {run}" in replay.stderr
 
 
+@pytest.mark.parametrize("planted, why", [
+    (b"[1, 2]", "expected a JSON object, found list"),
+    (b'{"status": "finished", "argv": "rm -rf ~"}', "argv is str"),
+    (b'{"name": "toy", "run', "not valid JSON"),
+])
+def test_a_pulled_run_json_of_another_type_never_enters_the_store(runner: Runner, moto, bucket,  # noqa: ANN001
+                                                                   planted: bytes, why: str) -> None:
+    url = f"s3://{bucket}/team"
+    script = runner.script()
+    runner.run(script, "--flor", "toy", "--epochs", "2", env=_s3_env(runner, moto, url))
+    [run] = os.listdir(runner.home / "toy" / "runs")
+    moto.client().put_object(Bucket=bucket, Key=f"team/toy/runs/{run}/run.json", Body=planted)
+    pulled = runner.cwd / "pulled"
+    out = _cli(runner, _s3_env(runner, moto, url, pulled), "pull", "toy")
+    assert "Traceback" not in out.stderr, out.stderr
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and why in lines[0] and f"refusing to pull run {run}" in lines[0], out.stderr
+    assert not (pulled / "toy" / "runs" / run / "run.json").exists()
+
+
 # -- secrets ---------------------------------------------------------------------------------------
 
 OPENAI = "sk-proj-" + "Zx9" * 10

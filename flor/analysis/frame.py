@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .._files import read_text
 from ..errors import ConfigError
 from ..logs import merge_newest, record_key, step_key
 from ..store.runlogs import read_run_logs
@@ -71,7 +72,7 @@ def script_versions(store: ExperimentStore, run: str, logged: list[dict]) -> lis
         key = (rec["replay"], rec["worker"])
         if key not in replayed:
             try:
-                digest = json.loads(layout.replay_summary(*key).read_text()).get("script_sha256")
+                digest = json.loads(read_text(layout.replay_summary(*key))).get("script_sha256")
             except (OSError, ValueError, AttributeError, RecursionError):
                 digest = None
             replayed[key] = digest[:12] if isinstance(digest, str) else None

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import ConfigError
+from .._files import MAX_OUTPUT, StoreFileError, read_bytes, read_text
+from ..errors import ConfigError, warn
 from ..logs import occurrence_keys
 from ..store.layout import RunLayout
 
@@ -144,8 +145,15 @@ class Section:
 def _marks(log: Path) -> list[dict]:
     path = log.with_name(log.stem + ".marks.jsonl")
     out = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    try:
+        text = read_text(path)  # a regular file of at most MAX_METADATA, no link followed
+    except FileNotFoundError:
+        text = ""
+    except OSError as exc:
+        warn(f"skipped the epoch marks {exc.strerror if isinstance(exc, StoreFileError) else f'{path}: {exc}'}")
+        text = ""
+    if text:
+        for line in text.splitlines():
             try:
                 mark = json.loads(line)
             except (ValueError, RecursionError):
@@ -186,8 +194,11 @@ def printed_lines(log: Path, *, worker: int | None = None) -> Iterator[tuple[str
     ngpus = next((m.get("ngpus") for m in marks if m.get("mark") == "end" and "ngpus" in m), None)
     ngpus = ngpus if type(ngpus) is int else None  # untrusted: another type is no count of workers
     try:
-        data = log.read_bytes()
+        data = read_bytes(log, limit=MAX_OUTPUT)  # a regular file, no link followed: never a FIFO or /dev/zero
         mtime = os.path.getmtime(log)
+    except StoreFileError as exc:
+        warn(f"skipped {exc.strerror}")
+        return
     except OSError:
         return
     for sec in _sections(log, marks):

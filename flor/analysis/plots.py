@@ -108,7 +108,9 @@ def _write(path: Path, data: bytes) -> None:
     """Write ``data`` whole or not at all: a temporary file beside ``path``, then renamed."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
+        tmp.unlink(missing_ok=True)  # a leftover, or a link planted in a shared store: removed, never followed
+        with open(tmp, "xb") as fh:  # O_EXCL: made here, so no link is written through
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

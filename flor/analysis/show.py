@@ -10,6 +10,7 @@ from typing import Any
 
 from ..logs import merge_newest
 from ..store.runlogs import read_run_logs
+from .._files import read_text
 from .._fmt import human_size
 from ..errors import ConfigError, FlorError
 from ..store.experiment import dir_size
@@ -51,7 +52,7 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
     replays: dict[str, dict[str, Any]] = {}
     for replay_id, _, path in store.layout(run_id).replay_summaries():
         try:
-            s = json.loads(path.read_text())
+            s = json.loads(read_text(path))  # a regular file, capped, no link followed
         except (OSError, ValueError, RecursionError):
             continue
         if not isinstance(s, dict):  # untrusted: a summary of another shape says nothing

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import dis
 import json
+import os
 import sys
 import types
 from pathlib import Path
 from types import FrameType
 from typing import Any, Iterable
+
+from .._files import StoreFileError, open_append, read_text
 
 __all__ = ["LoopFrame", "NotPlain", "OuterStateWriter", "decode", "encode", "left_normally", "loop_targets", "read_outer_state"]
 
@@ -375,7 +378,7 @@ class OuterStateWriter:
         try:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "a", encoding="utf-8")
+                self._file = os.fdopen(open_append(self.path), "a", encoding="utf-8")  # never through a link
             self._file.write(json.dumps({"epoch": epoch, **state}, separators=(",", ":"), allow_nan=True) + "\n")
             self._file.flush()
         except (OSError, ValueError, TypeError) as exc:
@@ -398,7 +401,12 @@ def read_outer_state(path: Path, epoch: int) -> dict[str, Any] | None:
     """The state noted at the end of ``epoch`` (``{"vars": ..., "unrestorable": [...]}``,
     values still encoded), or None when there is none or its line is damaged."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_text(path).splitlines()  # a regular file of at most MAX_METADATA, no link followed
+    except StoreFileError as exc:  # a FIFO, a link, a huge file in its place: as if nothing was noted
+        from ..errors import warn
+
+        warn(f"ignoring {exc.strerror}")
+        return None
     except OSError:
         return None
     found = None

@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .._files import read_bytes
 from .._fmt import listed
 from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError, StorageError
 from ..logs import LogWriter, occurrence_keys, record_key, same_value
 from ..store.layout import RunLayout
-from ..store.runlogs import read_run_logs, retire_worker_files
+from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
 from ..logs.tensorboard import write_replay_events
 from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
@@ -87,6 +88,7 @@ class ReplaySession(Session):
         self._reader: Any = None
         self.code_changed = False
         self.layout = RunLayout(self.run_dir)
+        check_write_folders(self.run_dir, self.store.root, self.replay_id)  # no link out of the store
         earlier = retire_worker_files(self.run_dir, self.replay_id, self.pid)  # a rerun starts clean
         self.logs = LogWriter(self.layout.replay_log(self.replay_id, self.pid))
         self.summary_path = self.layout.replay_summary(self.replay_id, self.pid)
@@ -132,8 +134,15 @@ class ReplaySession(Session):
             if copy.is_file():
                 import hashlib
 
-                data = copy.read_bytes()
-                if self.meta.script_sha256 and hashlib.sha256(data).hexdigest() != self.meta.script_sha256:
+                data: bytes | None
+                try:
+                    data = read_bytes(copy)  # a regular file, capped, no link followed
+                except OSError as exc:
+                    self.note(f"the recording's copy of the script cannot be read ({exc.strerror or exc}); the "
+                              "script's changes since the recording are not checked")
+                    data = None
+                if data is not None and self.meta.script_sha256 and \
+                        hashlib.sha256(data).hexdigest() != self.meta.script_sha256:
                     self.note(f"the recording's copy of the script ({copy}) is not the script run.json names "
                               "(its sha256 differs: damaged, or cut short by a full disk); the script's changes "
                               "since the recording are not checked")
@@ -591,14 +600,15 @@ class ReplaySession(Session):
         s.lenient = self.settings.lenient
         s.failed = f"{self.exit_error}: {self.exit_detail}" if self.exit_detail else self.exit_error  # names why
         try:
-            self.summary_path.write_text(json.dumps({
+            # atomic (temp file, rename): a link planted at the summary's name is replaced, never written through
+            self.store.backend.write(self.summary_path.relative_to(self.store.root).as_posix(), json.dumps({
                 "replay": self.replay_id, "run": self.run, "worker": self.pid, "ngpus": self.ngpus,
                 "segment": [self.plan.segment.start, self.plan.segment.stop] if self.plan else None,
                 "init": [self.plan.init.start, self.plan.init.stop] if self.plan else None,
                 "exit": self.exit_error, "io": self.io, "outer_restored": self.outer_restored, **s.to_json(),
                 "lenient": self.settings.lenient, "script_sha256": _script_sha256(),  # the script the values came from
-            }, indent=1, default=str))
-        except OSError as exc:
+            }, indent=1, default=str).encode(), durable=False)
+        except (OSError, StorageError) as exc:
             print(f"flor: could not write {self.summary_path}: {exc}", file=sys.stderr)
         report = s.render(shown=self.notes)  # the notes were printed as they came
         print(report, file=sys.stderr)

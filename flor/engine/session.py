@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .._files import open_append
 from ..errors import CheckpointError, FlorError, warn
 from ..logs import AS_IS, NOT_SCALAR, to_scalar, to_step
 from ..settings import Settings
@@ -120,8 +121,9 @@ class Session:
     def tee_output(self, path: Path) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._tee_file = open(path, "a", encoding="utf-8", buffering=1)
-            self._marks_file = open(marks_path(path), "a", encoding="utf-8")
+            # never through a link planted at the output of an existing run (a replay writes into one)
+            self._tee_file = os.fdopen(open_append(path), "a", encoding="utf-8", buffering=1)
+            self._marks_file = os.fdopen(open_append(marks_path(path)), "a", encoding="utf-8")
         except OSError as exc:  # no copy of the output; the script's own output is untouched
             self.write_failed("stdout", exc)
             return

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from .._files import lines, read_lines
 from ..errors import FlorError
 from ..placement import cores
 from ..plan import BlockCost, EpochCost, estimate, fastest, make_plan, restorable_epochs
@@ -39,6 +40,7 @@ from ..runinfo import busy_cores
 from ..store import ExperimentStore
 from ..store.layout import RunLayout, marks_of
 from ..store.runmeta import RunMeta
+from .records import read_launch_record
 
 __all__ = ["ReplayEstimate", "cores", "cpu_share", "epoch_costs", "estimate_replay", "load", "probed_blocks", "startup"]
 
@@ -126,8 +128,8 @@ def _marks_times(marks: Path) -> tuple[float | None, float | None]:
     """When the recording's first epoch began and its loop ended, from its output marks."""
     first = after = None
     try:
-        with open(marks, encoding="utf-8") as fh:
-            for line in fh:
+        with read_lines(marks) as fh:  # a regular file, no link followed
+            for line in lines(fh):
                 rec = json.loads(line)
                 if rec.get("mark") == "epoch" and first is None:
                     first = float(rec["t"])
@@ -142,9 +144,8 @@ def startup(run_dir: Path, meta: RunMeta) -> tuple[float, str]:
     """Seconds from a worker's start to its first epoch, and where the number comes from."""
     measured: list[tuple[float, float]] = []
     for path in RunLayout(run_dir).launch_records():
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError):
+        rec = read_launch_record(path)  # None for a file of another shape (one warning)
+        if rec is None:
             continue
         share = float(rec.get("slowdown") or 1.0)  # what that launch's sharing made of it
         values = [w["startup_s"] / share for w in rec.get("segments", []) if w.get("startup_s") is not None]

@@ -26,7 +26,6 @@ started ones are stopped, the record says ``failed`` with the reason, and the CL
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import socket
 import subprocess
@@ -47,6 +46,7 @@ from ..store import ExperimentStore
 from .estimate import ReplayEstimate, estimate_replay
 from .executor import Executor
 from .output import WorkerOutput, clean
+from .records import read_launch_record, read_summary
 from .report import merged_summary
 from .workers import WorkerState, failure
 
@@ -160,11 +160,8 @@ class Launch:
         script bytes, selection and options, and worker count when one is given); None otherwise."""
         records = []
         for path in self.layout.launch_records():
-            try:
-                rec = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(rec, dict) and is_replay_id(rec.get("replay")):  # its id names files: checked
+            rec = read_launch_record(path)  # None for a file of another shape (one warning)
+            if rec is not None and is_replay_id(rec.get("replay")):  # its id names files: checked
                 records.append(rec)
         if not records:
             return None
@@ -180,10 +177,8 @@ class Launch:
 
     def worker_done(self, w: int) -> bool:
         """A segment is done when its worker's summary exists and reports no failure."""
-        path = self.layout.replay_summary(self.replay_id, w)
-        try:
-            s = json.loads(path.read_text())
-        except (OSError, ValueError):
+        s = read_summary(self.layout.replay_summary(self.replay_id, w))
+        if s is None:
             return False
         plan = self.states[w].plan
         return s.get("exit") is None and s.get("segment") in (None, [plan.segment.start, plan.segment.stop])

@@ -5,7 +5,7 @@ and the ``flor replay --plan`` printout.
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any, Collection, TextIO
 
@@ -17,6 +17,7 @@ from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
 from ..verify import BlockEvent, Summary
 from .estimate import ReplayEstimate
+from .records import read_launch_record, read_summary
 
 __all__ = ["merged_summary", "print_plan", "replay_report"]
 
@@ -32,10 +33,9 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
     """
     found: dict[int, dict] = {}
     for _, worker, path in RunLayout(run_dir).replay_summaries(replay_id):
-        try:
-            found[worker] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+        s = read_summary(path)  # None for a file of another shape (one warning): the worker counts as missing
+        if s is not None:
+            found[worker] = s
     n = workers or max([int(s.get("ngpus") or 1) for s in found.values()] or [0])
     failures = dict(failures or {})
     merged = Summary(header=header or f"flor: replay {replay_id}: {n} workers")
@@ -111,9 +111,7 @@ def replay_report(store: ExperimentStore, run: str, replay_id: str | None) -> di
         raise FlorError(f"run {run} has no replay {replay_id!r}; its replays: {', '.join(ids) or 'none'}")
     workers = None
     record = layout.launch_record(replay_id)
-    if record.is_file():
-        try:
-            workers = int(json.loads(record.read_text()).get("workers") or 0) or None
-        except (OSError, ValueError):
-            pass
+    rec = read_launch_record(record) if os.path.lexists(record) else None
+    if rec is not None:  # a launch record of another shape is skipped: the workers come from the summaries
+        workers = rec.get("workers") or None
     return merged_summary(store.run_path(run), replay_id, workers)

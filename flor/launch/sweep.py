@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
+from .._files import read_text
 from .._fmt import progress
 from ..errors import ConfigError
 from ..placement import cores
@@ -134,7 +135,10 @@ def plan_sweep(store: ExperimentStore, runs: Sequence[str], command: Sequence[st
                           f"`flor replay {store.name} --run {run} -- python {script} ARGS`")
             continue
         source = store.layout(run).source / Path(meta.script or script.name).name
-        recorded = source.read_text(errors="replace") if source.is_file() else None
+        try:
+            recorded = read_text(source)  # a regular file, capped, no link followed
+        except OSError:  # missing, or not a file: as if no copy was kept
+            recorded = None
         sr.recorded = recorded
         if recorded is None or not non_logging_changes(recorded, today):
             sr.command, sr.script_sha = [*prefix, str(script), *args], _sha(today)
@@ -206,9 +210,12 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
     for i, sr in enumerate(todo):
         if sr.transplanted is not None:  # kept with the run; the same content, the same path
             path = Path(sr.command[len(sr.command) - len(sr.meta.argv)])
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.is_file() or path.read_text() != sr.transplanted:
-                path.write_text(sr.transplanted)
+            try:
+                same = read_text(path) == sr.transplanted  # a regular file, no link followed
+            except OSError:  # missing, or a link or FIFO planted in its place
+                same = False
+            if not same:  # an atomic replace: a link planted at the path is replaced, never written through
+                store.backend.write(path.relative_to(store.root).as_posix(), sr.transplanted.encode())
         launch = Launch(store, sr.run, sr.command, workers=min(per_run, max(1, sr.meta.epochs)), gpus=gpus,
                         epoch_range=None, strong=strong, threads=threads, fresh=fresh, out=out, err=err)
         launch.tag, launch.extra_env, launch._lock = f"r{i} ", sr.env, lock

@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._files import MAX_METADATA, read_lines
 from .._fmt import span
 from ..plan import ReplayPlan
 from .executor import Worker
@@ -59,9 +60,9 @@ class WorkerState:
     def read_marks(self, path: Path) -> None:
         """Count the segment epochs finished so far from the worker's epoch marks."""
         try:
-            with open(path, "rb") as fh:
+            with read_lines(path) as fh:  # a regular file, no link followed: never a FIFO
                 fh.seek(self.marks_at)
-                data = fh.read()
+                data = fh.read(MAX_METADATA)
         except OSError:
             return
         end = data.rfind(b"\n") + 1  # a partly written last line waits for the next read

@@ -20,6 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .._files import StoreFileError, lines, open_append, read_lines
 from ..errors import warn
 
 __all__ = [
@@ -238,7 +239,7 @@ def _append_whole(path: Path, data: bytes) -> None:
     """Append ``data`` to ``path``, or leave the file as it was: a write that fails part way (a
     full disk) is cut back off, so the file never ends in half a line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_append(path)  # never through a link planted at the log of an existing run
     try:
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
@@ -291,15 +292,16 @@ def read_jsonl(path: Path) -> Iterable[dict]:
     damaged = 0
     torn = False
     try:
-        if not path.is_file():
-            raise OSError("not a regular file")
-        fh = open(path, "rb")
+        fh = read_lines(path)  # a regular file, no link followed: never a FIFO that blocks
+    except StoreFileError as exc:
+        warnings.warn(f"flor: skipped {exc.strerror}", RuntimeWarning, stacklevel=2)
+        return
     except OSError as exc:
         warnings.warn(f"flor: skipped {path}: {exc.strerror or exc}; move it out of the run's logs/ folder",
                       RuntimeWarning, stacklevel=2)
         return
     with fh:
-        for raw in fh:
+        for raw in lines(fh):  # a line past MAX_LINE (a file without newlines) is one damaged line
             line = raw.strip()
             if not line:
                 continue

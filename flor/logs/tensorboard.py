@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
 
+from .._files import open_append
 from . import record_key, same_value
 
 __all__ = ["EventFileWriter", "RecordEvents", "global_step", "write_replay_events"]
@@ -61,7 +62,7 @@ class EventFileWriter:
             self.logdir.mkdir(parents=True, exist_ok=True)
             name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
                     f"{next(_UID)}{self.suffix}")
-            self._file = open(self.logdir / name, "ab")
+            self._file = os.fdopen(open_append(self.logdir / name), "ab")  # never through a planted link
             self._file.write(_records([_event(time.time(), 0, b"\x1a\x0dbrain.Event:2")]))
         return self._file
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .._files import read_bytes
 from ..errors import FlorError
 from ..placement import pid_alive
 from .blobs import blob_key
@@ -238,7 +239,7 @@ def _check_blobs(store: ExperimentStore, report: StoreReport, refs: _Refs, *,
             if digest not in refs:
                 report.orphans.append(digest)
             try:
-                data = Path(f.path).read_bytes()
+                data = read_bytes(f.path, limit=None)  # a regular file, no link followed (no race with the check)
             except OSError as exc:
                 report.problem(f.path, f"unreadable: {exc}")
                 continue

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from .._files import MAX_METADATA
 from ..errors import CheckpointError, ConfigError, ReplayError, StorageError, warn
 from ..settings import SETTINGS, validate_name
 from .blobs import BlobStore, RemoteFetcher
@@ -112,16 +113,27 @@ class ExperimentStore:
     # -- runs --------------------------------------------------------------------------
 
     def exists(self) -> bool:
-        return (self.root / "runs").is_dir()
+        return (self.root / "runs").is_dir() and contained(self.root / "runs", self.root)
 
     def runs(self) -> list[str]:
-        """Run ids, oldest first (they sort by start time)."""
+        """Run ids, oldest first (they sort by start time).
+
+        A folder of any other name is not a run; one linked to a place outside the store (planted
+        in a shared store) is left out with one warning naming it."""
         base = self.root / "runs"
-        if not base.is_dir():
+        if not self.exists():
             return []
-        # a folder of any other name, or one linked to a place outside the store, is not a run
-        return sorted(p.name for p in base.iterdir()
-                      if is_run_id(p.name) and (p / "run.json").is_file() and contained(p, self.root))
+        out = []
+        for p in base.iterdir():
+            if not is_run_id(p.name):
+                continue
+            if p.is_symlink() and not contained(p, self.root):
+                warn(f"skipped run folder {p}: it leads out of the store {self.root} through a symbolic link "
+                     f"(to {os.path.realpath(p)}); remove the link (`flor verify {self.name}` lists such problems)")
+                continue
+            if os.path.lexists(p / "run.json"):  # one that is not a file (a FIFO, a link) is reported by its readers
+                out.append(p.name)
+        return sorted(out)
 
     def resolve_run(self, run: str | None) -> str:
         """The run ``run`` names, or the latest; a clear error when there is none."""
@@ -178,7 +190,7 @@ class ExperimentStore:
 
     def read_json(self, key: str) -> Any:
         try:
-            return json.loads(self.backend.read(key))
+            return json.loads(self.backend.read(key, limit=MAX_METADATA))
         except (ValueError, RecursionError) as exc:  # RecursionError: nested past what the parser takes
             raise StorageError(f"{self.backend.path(key)} is not valid JSON ({type(exc).__name__}: {exc}); "
                                "it was damaged") from exc

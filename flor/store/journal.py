@@ -13,7 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..errors import StorageError
+from .._files import StoreFileError, open_append, read_text
+from ..errors import StorageError, warn
 from ..settings import parse_s3_url
 
 __all__ = ["SpoolJournal"]
@@ -33,8 +34,16 @@ class SpoolJournal:
         self.done: dict[str, tuple[int, str]] = {}
         self._lock = threading.Lock()
         self._fh: Any = None
-        if self.path.is_file():
-            for line in self.path.read_text(errors="replace").splitlines():
+        try:
+            text = read_text(self.path)  # a regular file of at most MAX_METADATA, no link followed
+        except FileNotFoundError:
+            text = ""
+        except OSError as exc:  # a FIFO, a link, a huge file put in its place: start a fresh record of uploads
+            warn(f"ignoring the spool journal {exc.strerror if isinstance(exc, StoreFileError) else exc}; "
+                 "what it listed is checked in the bucket again")
+            text = ""
+        if text:
+            for line in text.splitlines():
                 try:
                     rec = json.loads(line)
                     if "k" in rec:
@@ -55,7 +64,7 @@ class SpoolJournal:
                 if self._fh is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                     new = not self.path.exists()
-                    self._fh = open(self.path, "a", encoding="utf-8")
+                    self._fh = os.fdopen(open_append(self.path), "a", encoding="utf-8")  # never through a link
                     if new:
                         self._fh.write(json.dumps({"url": self.url}) + "\n")
                 self._fh.write(json.dumps({"k": key, "n": size, "h": digest}, separators=(",", ":")) + "\n")

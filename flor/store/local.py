@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .._files import StoreFileError, read_bytes
 from ..errors import StorageError
 from .ids import check_key, contained
 
@@ -195,12 +196,16 @@ class LocalBackend:
                     except OSError:
                         pass
 
-    def read(self, key: str) -> bytes:
+    def read(self, key: str, *, limit: int | None = None) -> bytes:
+        """The bytes at ``key``: a regular file, not a link (``flor._files``), of at most ``limit``
+        bytes (None: any size; the JSON readers pass ``MAX_METADATA``)."""
         path = self._inside(key, parent_only=False)
         try:
-            return path.read_bytes()
+            return read_bytes(path, limit=limit)
         except FileNotFoundError as exc:
             raise StorageError(f"{self.path(key)} is missing from the store") from exc
+        except StoreFileError as exc:
+            raise StorageError("refusing " + str(exc.strerror).replace("flor verify NAME", f"flor verify {self.root.name}")) from exc
         except OSError as exc:
             raise StorageError(f"cannot read {self.path(key)}: {exc}") from exc
 

@@ -3,12 +3,15 @@ worker's earlier attempt."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from ..errors import StorageError
 from ..logs import occurrence_keys, read_jsonl
+from .ids import contained
 from .layout import RunLayout
 
-__all__ = ["read_run_logs", "retire_worker_files"]
+__all__ = ["check_write_folders", "read_run_logs", "retire_worker_files"]
 
 
 def read_run_logs(run_dir: Path, run: str, *, ranks: bool = False) -> list[dict]:
@@ -34,6 +37,20 @@ def read_run_logs(run_dir: Path, run: str, *, ranks: bool = False) -> list[dict]
     return occurrence_keys(out)
 
 
+def check_write_folders(run_dir: Path, store_root: Path, replay: str) -> None:
+    """Refuse (``StorageError``) a run whose folders a replay writes into lead out of the store
+    through a symbolic link (``runs/<run>/logs -> /home/me``, planted in a shared store): the
+    replay's logs, output, summary, TensorBoard events and earlier attempts would land there.
+    Checked once, before the first write; each file is then opened without following a link
+    (``flor._files.open_append``) or replaced atomically."""
+    layout = RunLayout(Path(run_dir))
+    for folder in (layout.root, layout.logs, layout.root / "tb", layout.tb_replay(replay), layout.root / "attempts"):
+        if (folder.is_symlink() or folder == layout.root) and not contained(folder, store_root):
+            raise StorageError(f"refusing to write into {folder}: it leads out of the store {store_root} through a "
+                               f"symbolic link (to {folder.resolve()}); remove the link "
+                               f"(`flor verify {Path(store_root).name}` lists such problems)")
+
+
 def retire_worker_files(run_dir: Path, replay: str, worker: int) -> Path | None:
     """Move an earlier attempt of worker ``worker`` of ``replay`` out of the readers' way.
 
@@ -44,7 +61,8 @@ def retire_worker_files(run_dir: Path, replay: str, worker: int) -> Path | None:
     or None when there was nothing to move.
     """
     layout = RunLayout(Path(run_dir))
-    found = [p for p in layout.replay_files(replay, worker) if p.exists()]
+    # lexists: a link planted at one of them (dangling, so exists() is False) is moved aside too, not written through
+    found = [p for p in layout.replay_files(replay, worker) if os.path.lexists(p)]
     tb = layout.tb_replay(replay)
     for e in sorted(tb.glob(f"events.out.tfevents.*.{worker}")) if tb.is_dir() else []:
         e.unlink(missing_ok=True)

@@ -13,15 +13,16 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from ..._files import MAX_METADATA
 from ..._fmt import human_size
 from ...errors import FlorError, ReplayError, StorageError, warn
 from ..blobs import blob_key
 from ..experiment import blob_hashes, pick_run
 from ..ids import bad_key_reason, is_blob_hash, is_run_id
+from ..runmeta import RunMeta
 
 if TYPE_CHECKING:
     from ..experiment import ExperimentStore
-    from ..runmeta import RunMeta
     from ..s3 import S3Backend
 
 __all__ = [
@@ -33,6 +34,10 @@ __all__ = [
 Progress = Callable[[int, str], Any]
 #: where a one-line message for people goes (the caller prints it)
 Say = Callable[[str], None]
+
+
+#: the most files one run may have in a bucket for ``pull_run`` (manifests, logs, sources, plots)
+MAX_RUN_KEYS = 200_000
 
 
 class _NoBar:
@@ -203,6 +208,13 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
     if not is_run_id(run):
         raise ReplayError(f"refusing to pull run {run!r:.80} from {remote.where(store.name)}: not a run id")
     keys, refused = safe_run_keys(remote.list_sizes(f"{prefix}runs/{run}/"), prefix)
+    if len(keys) > MAX_RUN_KEYS:  # a run holds a few files per epoch: millions are planted, to fill the disk
+        raise ReplayError(f"refusing to pull run {run} from {remote.where(store.name)}: it holds {len(keys)} files, "
+                          f"over the {MAX_RUN_KEYS} a run of flor has; the bucket was damaged or planted")
+    big = sorted(k for k, size in keys.items() if size > MAX_METADATA)
+    if big:  # metadata, logs, sources: kilobytes to megabytes; one of GBs costs only itself
+        refused.extend(f"{prefix + k!r:.120} ({human_size(keys[k])}, over {human_size(MAX_METADATA)})" for k in big)
+        keys = {k: v for k, v in keys.items() if k not in big}
     if refused:  # planted by someone with write access to the bucket: never written, only reported
         warn(f"ignored {len(refused)} key(s) of run {run} in {remote.where(store.name)} that would lead out of "
              f"the store: {', '.join(refused[:5])}{' ...' if len(refused) > 5 else ''}")
@@ -239,7 +251,15 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
         hashes = {h for h in hashes if is_blob_hash(h)}  # a bad hash is never a file name
         fetcher = fetcher or RemoteBlobs(store, remote, workers=workers, progress=progress)
         fetcher.ensure(hashes, label=f"fetching {len(hashes)} blobs of run {run}")
-    store.backend.write(run_json, remote.read(prefix + run_json))
+    data = remote.read(prefix + run_json)
+    try:  # checked before it is written: a run.json of another type never enters the store
+        RunMeta.from_json(json.loads(data), f"{remote.where(store.name)}/runs/{run}/run.json", name=store.name, run=run)
+    except StorageError as exc:
+        raise ReplayError(f"refusing to pull run {run}: {exc}; not written to {store.root}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ReplayError(f"refusing to pull run {run}: its run.json in {remote.where(store.name)} is not valid JSON "
+                          f"({type(exc).__name__}); not written to {store.root}") from exc
+    store.backend.write(run_json, data)
     return len(todo) + 1
 
 
