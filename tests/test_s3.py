@@ -490,6 +490,37 @@ def test_upload_faults_lose_nothing(runner: Runner, moto: MotoServer, bucket: st
     assert proxy.failed > 0 and up["retries"] > 0 and up["verified"] >= len(local) + len(needed)
 
 
+def test_a_planted_spool_url_gets_no_credentials(runner: Runner, moto: MotoServer, bucket: str) -> None:
+    """A run.json is anyone's to write: the spool it names is used with this user's credentials
+    only if this user recorded to it; otherwise the evicted blobs are not fetched (their blocks
+    run again) and one line says how to opt in."""
+    url = f"s3://{bucket}/flor"
+    script = runner.script("toy.py")
+    rec = runner.run(script, "--flor", "toy", "--epochs", EPOCHS, env=s3_env(runner, moto.endpoint, url, FLOR_SPOOL_BUDGET="0"))
+    assert "flor: spooled run" in rec.stderr and not tree(runner.home, "toy/objects"), rec.stderr  # all evicted
+
+    theirs = f"flor-{uuid.uuid4().hex[:12]}"  # the attacker's bucket, holding every blob the replay would want
+    client = moto.client()
+    client.create_bucket(Bucket=theirs)
+    for key, data in moto.objects(bucket, "flor/").items():
+        client.put_object(Bucket=theirs, Key=key, Body=data)
+    (run_json,) = runner.home.glob("toy/runs/*/run.json")
+    meta = json.loads(run_json.read_text())
+    meta["spool"] = f"s3://{theirs}/flor"
+    run_json.write_text(json.dumps(meta))
+
+    rep = runner.run(script, "--flor", "toy", "--epochs", EPOCHS, "--replay_flor", env=s3_env(runner, moto.endpoint))
+    assert f"names the spool 's3://{theirs}/flor', which you never recorded to" in rep.stderr, rep.stderr
+    assert "fetching them from" not in rep.stderr and not tree(runner.home, "toy/objects"), rep.stderr
+    records = runner.logs("toy")
+    assert values(records, "replay") == values(records, "record"), rep.stderr  # re-executed: still exact
+
+    # the user's own say-so opts in: FLOR_SPOOL names it
+    rep = runner.run(script, "--flor", "toy", "--epochs", EPOCHS, "--replay_flor",
+                     env=s3_env(runner, moto.endpoint, f"s3://{theirs}/flor"))
+    assert rep.returncode == 0 and tree(runner.home, "toy/objects"), rep.stderr
+
+
 # -- errors ------------------------------------------------------------------------------
 
 

@@ -71,6 +71,8 @@ class RecordSession(Checkpointing, Session):
             from ..store.sync import BackgroundSpool
 
             self.meta.spool = settings.spool
+            from ..store.trust import remember_spool  # its replay may fetch evicted blobs from it
+            remember_spool(settings.config_dir, settings.spool)
             self.spool = BackgroundSpool(self.store, self.run, settings.spool, budget=settings.spool_budget,
                                          say=lambda text: print(f"flor: {text}", file=sys.stderr))
         # TensorBoard events and the best/final summary follow the logs on the writer thread

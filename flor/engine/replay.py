@@ -44,6 +44,7 @@ class ReplaySession(Session):
         from .._fmt import progress
         from ..store import ExperimentStore
         from ..store.sync import LazyRemote, attach_spool
+        from ..store.trust import spool_trusted
 
         remote: Any = None
         if settings.spool:  # pull the run from the S3 spool when it is not local; blobs come on demand
@@ -60,7 +61,8 @@ class ReplaySession(Session):
                                f"add --flor_run RUN (`flor ls {settings.name}` lists them)") from exc
         if remote is None and self.meta.spool:  # evicted blobs come back from it
             remote = LazyRemote(self.store, self.meta.spool, progress=progress,
-                                say=lambda text: print(f"flor: {text}", file=sys.stderr))
+                                say=lambda text: print(f"flor: {text}", file=sys.stderr),
+                                trusted=spool_trusted(settings.config_dir, self.meta.spool))
         if remote is not None:  # a store whose blobs fall back on the spool; what came from it is said at exit
             self.store = ExperimentStore(settings.home, settings.name, remote=remote)
             owner = os.getpid()  # not in a child made by os.fork

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ..errors import ConfigError, warn
 
-__all__ = ["KEY_FILE", "key_file", "key_id", "load_key", "signer", "verify"]
+__all__ = ["KEY_FILE", "SPOOLS_FILE", "key_file", "key_id", "load_key", "remember_spool", "signer", "spool_trusted",
+           "verify"]
 
 KEY_FILE = "key"
 
@@ -113,3 +114,47 @@ def verify(mac: object, data: bytes, config_dir: Path) -> str | None:
     if not hmac.compare_digest(mac["mac"], hmac.new(key, data, hashlib.sha256).hexdigest()):
         return "its signature does not match its content (the manifest was changed after it was signed)"
     return None
+
+
+#: the spools this user recorded to, one URL a line, beside the key (``remember_spool``)
+SPOOLS_FILE = "spools"
+
+
+def remember_spool(config_dir: Path, url: str) -> None:
+    """Note that this user records to ``url`` (``--flor_spool`` / ``FLOR_SPOOL``), so that a
+    replay of such a run may fetch its evicted blobs from the URL its ``run.json`` names
+    (``spool_trusted``). Never raises: a recording goes on, and its replay then needs
+    ``FLOR_SPOOL`` to fetch evicted blobs."""
+    url = url.rstrip("/")
+    path = Path(config_dir) / SPOOLS_FILE
+    try:
+        if url in _spools(path):
+            return
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
+            fh.write(url + "\n")
+    except (OSError, ValueError) as exc:
+        warn(f"cannot note the spool {url} in {path} ({exc}); a replay fetches this run's evicted blobs "
+             f"only with FLOR_SPOOL={url}")
+
+
+def spool_trusted(config_dir: Path, url: str) -> bool:
+    """Whether this user recorded to ``url``: only then does a replay send this user's S3
+    credentials to the spool a ``run.json`` names. A store is anyone's to write, and its
+    ``run.json`` could name someone else's bucket, which would then see this user's signed
+    requests; a spool the user set (``FLOR_SPOOL``) is used as it is."""
+    return url.rstrip("/") in _spools(Path(config_dir) / SPOOLS_FILE)
+
+
+def _spools(path: Path) -> set[str]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # none yet (or a link, refused by O_NOFOLLOW)
+        return set()
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return set()  # not a file, or others could add a bucket: trust none of it
+        text = fh.read(1 << 20).decode("utf-8", errors="replace")
+    return {line.strip() for line in text.splitlines() if line.strip()}
