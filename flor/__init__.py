@@ -36,3 +36,9 @@ __all__ = [
 _ensure_replayable(_SETTINGS)
 if _SETTINGS.mode != "inert":
     _install_argparse_capture()  # the script's argparse namespace becomes the run's hyperparameters
+if _SETTINGS.mode == "record":  # the code of a sys.exit(main()): its sys.exit is looked up before main() records
+    import sys as _sys
+
+    from .engine.exits import watch_exits as _watch_exits
+
+    _watch_exits(_sys._getframe())

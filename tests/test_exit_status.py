@@ -46,6 +46,19 @@ def test_the_status_follows_the_exit_code(runner: Runner, where, ending, status,
         assert meta["epochs_done"] == 1 and meta["loop_ended"] == "error"
 
 
+@pytest.mark.parametrize("returns, status", [(None, "finished"), ("0", "finished"), ("4", "crashed")])
+def test_sys_exit_of_main_is_seen(runner: Runner, returns, status):
+    """``sys.exit(main())`` looks ``sys.exit`` up before ``main()`` starts the recording: the
+    wrapper must already be there, from ``import flor``."""
+    env = runner.env(**({} if returns is None else {"MAIN_RETURNS": returns}))
+    proc = runner.run(runner.script("exit_main.py"), "--flor", "main", env=env, check=False)
+    (run_dir,) = (runner.home / "main" / "runs").iterdir()
+    meta = json.loads((run_dir / "run.json").read_text())
+    code = int(returns or 0)
+    assert proc.returncode == code, proc.stderr
+    assert (meta["status"], meta["exit_code"], meta["epochs_done"]) == (status, code, 3), meta
+
+
 def test_ls_and_show_say_the_exit_code_and_a_caught_exit_changes_nothing(runner: Runner):
     caught, meta = record(runner, "caught", IN_LOOP, "try:\n        sys.exit(5)\n    except SystemExit:\n        pass")
     assert caught.returncode == 0 and "done" in caught.stderr

@@ -6,9 +6,11 @@ the time the ``atexit`` hooks run (where the session writes its final status) th
 and its code are gone. So the code is noted while the exception is on its way, at no cost
 per step:
 
-- ``sys.exit``, ``exit`` and ``quit`` are wrapped while the session runs: the wrapper notes
-  the status it was given (in the main thread of the process that recorded) and calls the
-  original, so the exception, its code and the process's exit status are Python's own;
+- ``sys.exit``, ``exit`` and ``quit`` are wrapped from ``import flor`` on in a recording
+  process (``watch_exits``) until the session closes: the wrapper notes the status it was
+  given (in the main thread of the process that recorded) and calls the original, so the
+  exception, its code and the process's exit status are Python's own. From the import, not
+  the session's start: ``sys.exit(main())`` looks ``sys.exit`` up before ``main()`` records;
 - a ``raise SystemExit(n)`` inside the epoch loop closes ``flor.it``'s generator on its way
   out; at that moment (once, and only when the loop is left by an exception) the exception
   object still exists, and is found among the objects the garbage collector tracks.
@@ -36,9 +38,24 @@ import threading
 from types import FrameType
 from typing import Any, Callable
 
-__all__ = ["ExitWatch", "classify"]
+__all__ = ["ExitWatch", "classify", "watch_exits"]
 
 _UNSEEN = object()
+_WATCH: "ExitWatch | None" = None
+
+
+def watch_exits(frame: FrameType | None) -> "ExitWatch":
+    """The process's ``ExitWatch``, made and installed on the first call. ``import flor`` calls
+    it when the process records, before the script's own lines after the import run: the
+    common ``sys.exit(main())`` looks ``sys.exit`` up *before* ``main()`` starts the
+    recording, so wrapping it when the session starts would be too late."""
+    global _WATCH
+    if _WATCH is None or not _WATCH.wrapped or _WATCH.pid != os.getpid():
+        _WATCH = ExitWatch(frame)
+        _WATCH.install()
+    elif _WATCH.main_frame is None:
+        _WATCH.main_frame = _main_frame(frame)
+    return _WATCH
 
 
 def classify(code: Any) -> tuple[str, int, str | None]:
@@ -75,7 +92,8 @@ class ExitWatch:
         self.wrapped.append((owner, name, original, wrapper))
 
     def uninstall(self) -> None:
-        """Put the originals back, where nothing replaced the wrappers since."""
+        """Put the originals back, where nothing replaced the wrappers since; the next
+        ``watch_exits`` makes a new watch."""
         for owner, name, original, wrapper in reversed(self.wrapped):
             if getattr(owner, name, None) is wrapper:
                 setattr(owner, name, original)

@@ -17,7 +17,7 @@ from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
-from .exits import ExitWatch
+from .exits import watch_exits
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import caller_frame, warn_forgotten, warn_generators, watch_generators
 from .checkpointing import Checkpointing
@@ -104,8 +104,7 @@ class RecordSession(Checkpointing, Session):
             self.meta.world_size = self.ranks.world
             self.ranks.agree_run(self.run)
         self.tee_output(self.layout.stdout)
-        self.exits = ExitWatch(sys._getframe())  # the status of a sys.exit(n) / SystemExit(n) (flor.engine.exits)
-        self.exits.install()
+        self.exits = watch_exits(sys._getframe())  # the status of a sys.exit(n) / SystemExit(n) (flor.engine.exits)
         self._install_hooks()
 
     def write_meta(self, *, durable: bool = False) -> bool:
