@@ -276,6 +276,23 @@ def test_both_backends_speak_the_same_verbs(moto: MotoServer, bucket: str, aws_e
     assert sorted(moto.objects(bucket, "team/")) == ["team/objects/ab/cd", "team/runs/r/logs/b.jsonl"]
 
 
+def test_an_object_too_large_to_hold_is_refused_before_its_body(moto: MotoServer, bucket: str, aws_env: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted object in a bucket is untrusted: one larger than the read limit is refused
+    from its announced size, with one line, and never read into memory."""
+    from flor.store.s3 import S3Backend, read_limit
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto.endpoint)
+    s3 = S3Backend(f"s3://{bucket}/p", op_attempts=2, backoff_s=0.01)
+    data = random.Random(1).randbytes(3000)
+    s3.write("objects/ab/big", data)
+    with pytest.raises(StorageError, match="is 3000 bytes, more than the 1000 this machine can take now"):
+        s3.read("objects/ab/big", limit=1000)
+    assert s3.read("objects/ab/big", limit=3000) == data and s3.read("objects/ab/big") == data
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 64 << 20 <= read_limit() <= max(64 << 20, physical // 2)
+
+
 def test_pull_reports_through_the_callers_progress_and_prints_nothing(
         moto: MotoServer, bucket: str, aws_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capfd: pytest.CaptureFixture) -> None:

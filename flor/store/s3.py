@@ -41,7 +41,7 @@ from ..settings import parse_s3_url
 from .hashing import hash_bytes
 from .s3parts import multipart_etag, part_md5
 
-__all__ = ["S3Backend", "TransferStats", "parse_s3_url"]
+__all__ = ["S3Backend", "TransferStats", "parse_s3_url", "read_limit"]
 
 T = TypeVar("T")
 
@@ -227,12 +227,24 @@ class S3Backend:
     def exists(self, rel: str) -> bool:
         return self.head(rel) is not None
 
-    def read(self, rel: str, *, digest: str | None = None) -> bytes:
-        """The bytes of ``rel``, checked against ``digest`` (or the hash in its metadata)."""
+    def read(self, rel: str, *, digest: str | None = None, limit: int | None = None) -> bytes:
+        """The bytes of ``rel``, checked against ``digest`` (or the hash in its metadata).
+
+        A bucket is untrusted: an object larger than ``limit`` (default ``read_limit()``: half
+        the memory available now) is refused before its body is read, and no more bytes than
+        the object announced are ever read, so a planted huge object cannot take the memory a
+        replay needs."""
+        limit = read_limit() if limit is None else limit
 
         def attempt() -> bytes:
             r = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))
-            data = r["Body"].read()
+            size = int(r["ContentLength"])
+            if size > limit:
+                r["Body"].close()
+                raise StorageError(f"{self.where(rel)} is {size} bytes, more than the {limit} this machine can "
+                                   "take now (half its available memory): not downloaded; a flor object that "
+                                   "large is not one this spool should hold (check who writes to it)")
+            data = r["Body"].read(size + 1)
             if len(data) != int(r["ContentLength"]):
                 raise _Mismatch(f"got {len(data)} bytes of {r['ContentLength']}")
             expected = digest or _meta_hash(r)
@@ -409,6 +421,19 @@ class S3Backend:
         if isinstance(exc, _Mismatch):
             return StorageError(f"S3 {action} of {where} failed verification {self.op_attempts} times: {exc}")
         return StorageError(f"S3 {action} of {where} failed: {type(exc).__name__}: {exc}")
+
+
+def read_limit() -> int:
+    """The most bytes one S3 read may bring in: half the memory available now (``MemAvailable``),
+    at least 64 MiB; 1 TiB where that cannot be read (not Linux)."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return max(64 << 20, int(line.split()[1]) * 1024 // 2)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 40
 
 
 def _meta_hash(response: dict) -> str | None:
