@@ -134,6 +134,19 @@ def test_a_generator_given_or_drawn_outside_the_block_is_not_warned(runner: Runn
     assert proc.stderr.count(DREW) == 1 and "was not given `h` (a random.Random" in proc.stderr, proc.stderr
 
 
+def test_a_generator_reseeded_every_epoch_is_not_warned_and_replays_exactly(runner: Runner):
+    # the reproducibility idiom: the epoch's own seed before the block; a worker that starts
+    # mid-run reseeds it too, so its draws need no checkpoint
+    block = '    if flor.SkipBlock.step_into("training_loop"):  # BLOCK'
+    edits = {**OWN_GENERATORS, "            # INNER": "            drawn = torch.randperm(4, generator=g)",
+             block: "    g.manual_seed(100 + epoch)\n" + block}
+    proc = runner.run(runner.script(edits=edits, dest="reseeded.py"), "--epochs", "3", "--flor", "toy")
+    assert DREW not in proc.stderr, proc.stderr
+    rep = runner.run(runner.script(edits=edits, dest="reseeded.py"), "--epochs", "3", "--flor", "toy",
+                     "--replay_flor", "1/3")
+    assert "replay verified exact" in rep.stderr, rep.stderr
+
+
 def test_a_dataloaders_generator_is_warned_by_its_path(runner: Runner):
     edits = {"batch_size=32, shuffle=True)": "batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(5))"}
     proc = runner.run(runner.script(edits=edits), "--epochs", "3", "--flor", "toy")
@@ -147,14 +160,18 @@ def test_the_generator_advice_never_raises_even_under_w_error():
     watched = objects.watch_generators(sys._getframe())
     assert [name for name, _, _ in watched] == ["g"]
     torch.randperm(8, generator=g)
+    assert objects.drawn_generators(watched, (g,)) == []  # given: nothing to say
+    drawn = objects.drawn_generators(watched, (torch.nn.Linear(2, 1),))
+    assert [name for name, _, _ in drawn] == ["g"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        objects.warn_generators("train", watched, (torch.nn.Linear(2, 1),))  # warns, as an exception: swallowed
+        objects.warn_generators("train", drawn)  # warns, as an exception: swallowed
     with pytest.warns(RuntimeWarning, match="was not given `g`"):
-        objects.warn_generators("train", watched, ())
+        objects.warn_generators("train", drawn)
+    g.manual_seed(1)  # reseeded before the block's next entry: a replay reseeds it too
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        objects.warn_generators("train", watched, (g,))  # given: nothing to say
+        objects.warn_generators("train", drawn)
 
 
 # -- an end() that does not fit its checkpoint --------------------------------------------

@@ -10,7 +10,8 @@ Two mistakes are easy to make and costly to find later:
   given, and it is none of the global generators flor captures (``flor.state.rng``): a replay
   that restores the block leaves it where it was, and later epochs draw other numbers.
   ``watch_generators`` fingerprints those in the calling frame (and a DataLoader's) when a
-  block is first entered; ``warn_generators`` names the ones that changed by its end;
+  block is first entered, ``drawn_generators`` keeps the ones that changed by its end, and
+  ``warn_generators`` names those the next entry finds untouched since (not reseeded);
 - on replay, ``end()`` gets other objects than the recording did. ``arity_message`` says
   which are missing or extra, by position and type, from the classes the manifest kept.
 
@@ -33,8 +34,8 @@ from difflib import SequenceMatcher
 from types import FrameType
 from typing import Any, Iterable, Mapping
 
-__all__ = ["arity_message", "caller_frame", "describe", "describe_node", "forgotten", "warn_generators",
-           "watch_generators"]
+__all__ = ["arity_message", "caller_frame", "describe", "describe_node", "drawn_generators", "forgotten",
+           "warn_generators", "watch_generators"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
@@ -261,17 +262,31 @@ def watch_generators(frame: FrameType | None) -> list[tuple[str, Any, bytes]]:
         return []
 
 
-def warn_generators(name: str, watched: list[tuple[str, Any, bytes]], objs: tuple) -> None:
-    """Warn about each generator in ``watched`` that block ``name`` drew from (its state changed)
-    but that ``end(*objs)`` was not given (itself, or a DataLoader holding it). Never raises,
-    even under ``-W error``: it only advises."""
-    from ..errors import warn
-
+def drawn_generators(watched: list[tuple[str, Any, bytes]], objs: tuple) -> list[tuple[str, Any, bytes]]:
+    """``(name, generator, fingerprint now)`` of each generator in ``watched`` that the block drew
+    from (its state changed) but that ``end(*objs)`` was not given (itself, or a DataLoader
+    holding it); ``warn_generators`` decides at the block's next entry. Never raises."""
     try:
         passed = _passed(objs)
         passed |= {id(g) for o in objs for _, g in _loader_generators(o)}
-        for var, gen, before in watched:
-            if id(gen) in passed or _fingerprint(gen) == before:
+        return [(var, gen, now) for var, gen, before in watched
+                if id(gen) not in passed for now in [_fingerprint(gen)] if now != before]
+    except Exception:  # noqa: BLE001 - advice only
+        return []
+
+
+def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
+    """As block ``name`` is entered again: warn about each generator in ``drawn`` (see
+    ``drawn_generators``) still where the block's first run left it, so that this epoch draws on
+    from the block's draws, which a replay that restores the block does not make. One reseeded
+    or drawn from in between (``g.manual_seed(seed + epoch)`` before the block) is left alone:
+    a reseed makes it the same in a replay. Never raises, even under ``-W error``: it only
+    advises."""
+    from ..errors import warn
+
+    try:
+        for var, gen, after in drawn:
+            if _fingerprint(gen) != after:
                 continue
             warn(f"SkipBlock.end({name!r}) was not given `{var}` ({_a(describe(gen))}, a random generator the "
                  f"block drew from): flor checkpoints the generators given to end() and the global ones (Python's, "
