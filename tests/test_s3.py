@@ -507,6 +507,30 @@ def test_upload_faults_lose_nothing(runner: Runner, moto: MotoServer, bucket: st
     assert proxy.failed > 0 and up["retries"] > 0 and up["verified"] >= len(local) + len(needed)
 
 
+def test_blobs_evicted_by_flor_spool_come_back_from_there(runner: Runner, moto: MotoServer, bucket: str,
+                                                          tmp_path: Path) -> None:
+    """A run spooled after the fact (`flor spool NAME URL --evict`) names no spool in run.json:
+    its replay finds the spool in the journal the spooler kept, and, the user having spooled
+    there, fetches the evicted blobs without FLOR_SPOOL. Another user's replay of the same
+    store does not send its credentials there."""
+    url = f"s3://{bucket}/later"
+    script = runner.script("toy.py")
+    runner.run(script, "--flor", "toy", "--epochs", EPOCHS, env=s3_env(runner, moto.endpoint))
+    out = flor_cli(runner, s3_env(runner, moto.endpoint), "spool", "toy", url, "--evict")
+    assert "evicted" in out.stdout and not tree(runner.home, "toy/objects"), out.stdout
+
+    other = s3_env(runner, moto.endpoint, FLOR_CONFIG_DIR=str(tmp_path / "someone-else"))
+    rep = runner.run(script, "--flor", "toy", "--epochs", EPOCHS, "--replay_flor", env=other)
+    assert f"names the spool '{url}' for them, which you never recorded or spooled to" in rep.stderr, rep.stderr
+    assert not tree(runner.home, "toy/objects")
+
+    rep = runner.run(script, "--flor", "toy", "--epochs", EPOCHS, "--replay_flor", env=s3_env(runner, moto.endpoint))
+    assert f"fetching them from {url}" in rep.stderr and "replay verified exact" in rep.stderr, rep.stderr
+    assert tree(runner.home, "toy/objects")
+    records = runner.logs("toy")
+    assert values(records, "replay") == values(records, "record")
+
+
 def test_a_planted_spool_url_gets_no_credentials(runner: Runner, moto: MotoServer, bucket: str) -> None:
     """A run.json is anyone's to write: the spool it names is used with this user's credentials
     only if this user recorded to it; otherwise the evicted blobs are not fetched (their blocks
@@ -527,7 +551,8 @@ def test_a_planted_spool_url_gets_no_credentials(runner: Runner, moto: MotoServe
     run_json.write_text(json.dumps(meta))
 
     rep = runner.run(script, "--flor", "toy", "--epochs", EPOCHS, "--replay_flor", env=s3_env(runner, moto.endpoint))
-    assert f"names the spool 's3://{theirs}/flor', which you never recorded to" in rep.stderr, rep.stderr
+    assert f"names the spool 's3://{theirs}/flor' for them, which you never recorded or spooled to" in rep.stderr, \
+        rep.stderr
     assert "fetching them from" not in rep.stderr and not tree(runner.home, "toy/objects"), rep.stderr
     records = runner.logs("toy")
     assert values(records, "replay") == values(records, "record"), rep.stderr  # re-executed: still exact

@@ -32,6 +32,9 @@ def cmd_spool(args: argparse.Namespace) -> int:
     runs = None if args.run in (None, "all") else [store.resolve_run(args.run)]
     spooler = Spooler(store, url, workers=args.workers)
     spooler.remote.check()
+    from ..store.trust import remember_spool  # the user's own: a replay may fetch evicted blobs from it
+
+    remember_spool(SETTINGS.config_dir, url)
     try:
         spooler.spool(runs)
     finally:

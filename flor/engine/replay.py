@@ -44,6 +44,7 @@ class ReplaySession(Session):
         from .._fmt import progress
         from ..store import ExperimentStore
         from ..store.sync import LazyRemote, attach_spool
+        from ..store.journal import spooled_to
         from ..store.trust import spool_trusted
 
         remote: Any = None
@@ -59,10 +60,13 @@ class ReplaySession(Session):
             # replay writes into the run it replays; the user picks the other run by name
             raise StorageError(f"the latest recording cannot be replayed: {exc}; to replay an earlier run, "
                                f"add --flor_run RUN (`flor ls {settings.name}` lists them)") from exc
-        if remote is None and self.meta.spool:  # evicted blobs come back from it
-            remote = LazyRemote(self.store, self.meta.spool, progress=progress,
+        # evicted blobs come back from the spool the run was recorded to, or `flor spool` put it in
+        spools = [self.meta.spool] if self.meta.spool else spooled_to(self.store.root, self.run)
+        spools.sort(key=lambda url: not spool_trusted(settings.config_dir, url))  # one of the user's own first
+        if remote is None and spools:
+            remote = LazyRemote(self.store, spools[0], progress=progress,
                                 say=lambda text: print(f"flor: {text}", file=sys.stderr),
-                                trusted=spool_trusted(settings.config_dir, self.meta.spool))
+                                trusted=spool_trusted(settings.config_dir, spools[0]))
         if remote is not None:  # a store whose blobs fall back on the spool; what came from it is said at exit
             self.store = ExperimentStore(settings.home, settings.name, remote=remote)
             owner = os.getpid()  # not in a child made by os.fork

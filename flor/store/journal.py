@@ -13,11 +13,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .._files import StoreFileError, open_append, read_text
-from ..errors import StorageError, warn
+from .._files import StoreFileError, lines, open_append, read_lines, read_text
+from ..errors import ConfigError, StorageError, warn
 from ..settings import parse_s3_url
 
-__all__ = ["SpoolJournal"]
+__all__ = ["SpoolJournal", "spooled_to"]
 
 
 class SpoolJournal:
@@ -81,3 +81,26 @@ class SpoolJournal:
                 finally:
                     self._fh.close()
                     self._fh = None
+
+
+def spooled_to(root: Path, run: str) -> list[str]:
+    """The spool URLs whose journals under ``root`` hold ``run``'s ``run.json``: where
+    ``flor spool`` put the run (after the fact, so ``run.json`` names no spool). Read from the
+    store, so untrusted: the caller trusts a URL only as ``flor.store.trust.spool_trusted`` says."""
+    found = []
+    try:
+        names = sorted(e.name for e in os.scandir(Path(root) / "spool") if e.name.endswith(".jsonl"))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with read_lines(Path(root) / "spool" / name) as fh:
+                first = next(lines(fh), b"")
+            url = json.loads(first).get("url")
+            parse_s3_url(url)
+        except (OSError, ValueError, AttributeError, ConfigError):
+            continue  # not a journal flor wrote: ignored here, as the spooler ignores it
+        journal = SpoolJournal(root, url)
+        if journal.path.name == name and journal.has(f"runs/{run}/run.json"):
+            found.append(url)
+    return found

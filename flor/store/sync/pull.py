@@ -142,10 +142,11 @@ class LazyRemote:
     replay of a run whose blobs were evicted (``FLOR_SPOOL_BUDGET``, ``flor spool --evict``)
     fetches them back even when ``FLOR_SPOOL`` is not set, and needs no network otherwise.
 
-    Only from a spool this user recorded to (``trusted``: ``flor.store.trust.spool_trusted``):
-    the URL comes from ``run.json``, which anyone who writes to the store could have planted,
-    and fetching signs requests with this user's credentials. From another, nothing is fetched
-    (the blobs stay missing: their blocks run again) and the user is told, once, how to opt in."""
+    Only from a spool this user recorded or spooled to (``trusted``:
+    ``flor.store.trust.spool_trusted``): the URL comes from ``run.json`` or a spool journal,
+    which anyone who writes to the store could have planted, and fetching signs requests with
+    this user's credentials. From another, nothing is fetched (the blobs stay missing: their
+    blocks run again) and the user is told, once, how to opt in."""
 
     def __init__(self, store: ExperimentStore, url: str, *, say: Say | None = None,
                  progress: Progress | None = None, trusted: bool = True) -> None:
@@ -163,10 +164,10 @@ class LazyRemote:
             if not self.trusted:
                 if not self._refused:
                     self._refused = True
-                    self.say(f"blobs of this run are not local (evicted?) and its run.json names the spool "
-                             f"{self.url!r}, which you never recorded to: not fetched from it, so as not to send "
-                             f"your credentials to a bucket the store names; if it is yours, replay with "
-                             f"FLOR_SPOOL={self.url}")
+                    self.say(f"blobs of this run are not local (evicted?) and the store names the spool "
+                             f"{self.url!r} for them, which you never recorded or spooled to: not fetched from it, "
+                             f"so as not to send your credentials to a bucket the store names; if it is yours, "
+                             f"replay with FLOR_SPOOL={self.url}")
                 return
             if self._fetcher is None:
                 self.say(f"blobs of this run are not local (evicted?); fetching them from {self.url}, where it was spooled")
