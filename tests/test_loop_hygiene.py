@@ -6,6 +6,7 @@ the "changed by more than logging" note (logging edits do not trigger it; each n
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -145,6 +146,53 @@ def test_a_generator_reseeded_every_epoch_is_not_warned_and_replays_exactly(runn
     rep = runner.run(runner.script(edits=edits, dest="reseeded.py"), "--epochs", "3", "--flor", "toy",
                      "--replay_flor", "1/3")
     assert "replay verified exact" in rep.stderr, rep.stderr
+
+
+CARRIED = "added to the gradients its previous run left"
+
+
+def test_gradients_carried_into_the_next_epoch_are_named_and_explain_the_divergence(runner: Runner):
+    # p.grad is not checkpointed: a replay that re-executes an epoch after a restored one diverges,
+    # and the recording says so once, and the replay names the cause
+    script = runner.script("accumulate.py")
+    rec = runner.run(script, "--acc", "4", "--flor", "acc", env=runner.env(FLOR_EVERY="2"))
+    assert rec.stderr.count(CARRIED) == 1, rec.stderr
+    (run_dir,) = (runner.home / "acc" / "runs").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["grads_carried"] == ["train"]
+    rep = runner.run(script, "--acc", "4", "--flor", "acc", "--replay_flor", check=False)
+    assert rep.returncode == 3 and "block(s) 'train' added to the gradients of their previous run" in rep.stderr, \
+        rep.stderr
+
+
+@pytest.mark.parametrize("args", [["--acc", "7"], ["--acc", "4", "--zero"]])
+def test_gradients_stepped_or_zeroed_at_the_epochs_end_are_not_named(runner: Runner, args):
+    script = runner.script("accumulate.py")
+    rec = runner.run(script, *args, "--flor", "acc", env=runner.env(FLOR_EVERY="2"))
+    assert CARRIED not in rec.stderr, rec.stderr
+    (run_dir,) = (runner.home / "acc" / "runs").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["grads_carried"] == []
+    rep = runner.run(script, *args, "--flor", "acc", "--replay_flor")
+    assert "replay verified exact" in rep.stderr, rep.stderr
+
+
+def test_the_gradient_hook_is_removed_and_never_raises():
+    p = torch.nn.Parameter(torch.ones(3))
+    (p * 2).sum().backward()  # a leftover gradient
+    carried = objects.CarriedGrad("train", p)
+    (p * 3).sum().backward()
+    (p * 3).sum().backward()  # later backward passes: looked at once
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert carried.close() is True  # warns, as an exception: swallowed
+    assert not p._backward_hooks and carried.close() is False
+    p.grad = None  # zero_grad(set_to_none=True) before the block's first backward
+    p.grad = torch.ones(3)
+    carried = objects.CarriedGrad("train", p)
+    p.grad.zero_()  # zero_grad(set_to_none=False)
+    (p * 3).sum().backward()
+    assert carried.close() is False and not p._backward_hooks
+    p.grad = None
+    assert objects.CarriedGrad("train", p).handle is None  # nothing left over: nothing to watch
 
 
 def test_a_dataloaders_generator_is_warned_by_its_path(runner: Runner):

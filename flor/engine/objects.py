@@ -34,8 +34,8 @@ from difflib import SequenceMatcher
 from types import FrameType
 from typing import Any, Iterable, Mapping
 
-__all__ = ["arity_message", "caller_frame", "describe", "describe_node", "drawn_generators", "forgotten",
-           "warn_generators", "watch_generators"]
+__all__ = ["CarriedGrad", "arity_message", "caller_frame", "describe", "describe_node", "drawn_generators",
+           "forgotten", "grad_probe", "warn_generators", "watch_generators"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
@@ -295,3 +295,75 @@ def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
                  f"pass it to SkipBlock.end(..., {var})")
     except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
         return
+
+
+def grad_probe(objs: tuple) -> Any:
+    """A parameter to watch for gradients carried into the block's next run: the first one that
+    requires grad of the first module among ``objs`` (one level into lists and tuples); None."""
+    import torch
+
+    try:
+        for o in objs:
+            for m in (o if isinstance(o, (list, tuple)) else (o,)):
+                if isinstance(m, torch.nn.Module):
+                    for p in m.parameters():
+                        if p.requires_grad:
+                            return p
+    except Exception:  # noqa: BLE001 - advice only
+        pass
+    return None
+
+
+class CarriedGrad:
+    """Whether the block's second run accumulates into the gradient its first run left.
+
+    ``p.grad`` is not checkpointed (docs/replay.md), so a block that starts by adding to the
+    previous epoch's leftover gradient (gradient accumulation whose last partial window spans
+    the epoch's end, or no ``zero_grad`` before the first backward) trains differently after
+    a restored block: a replay that re-executes a later epoch diverges. A gradient hook on one
+    parameter sees, at the block's first backward, whether a nonzero gradient is still there.
+    Armed once a block, at its second entry, only when a leftover exists; removed by ``close``.
+    Never raises."""
+
+    def __init__(self, name: str, param: Any) -> None:
+        self.name, self.param, self.handle, self.carried, self.fired = name, param, None, False, False
+        try:
+            grad = param.grad
+            if grad is not None and bool(grad.detach().ne(0).any()):
+                self.handle = param.register_hook(self._first_backward)
+        except Exception:  # noqa: BLE001 - advice only
+            self.handle = None
+
+    def _first_backward(self, grad: Any) -> None:
+        if self.fired:  # later backward passes of the block: nothing to look at
+            return
+        self.fired = True  # the hook stays until close(): removing it while autograd runs it is not safe
+        try:
+            left = self.param.grad  # what this backward is about to add to
+            self.carried = left is not None and bool(left.detach().ne(0).any())
+        except Exception:  # noqa: BLE001 - a hook must never break the backward pass
+            pass
+
+    def close(self) -> bool:
+        """Remove the hook (idempotent); warn, and return True, if the block accumulated into a
+        carried gradient."""
+        from ..errors import warn
+
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            try:
+                handle.remove()
+            except Exception:  # noqa: BLE001
+                pass
+        if not self.carried:
+            return False
+        self.carried = False
+        try:
+            warn(f"SkipBlock {self.name!r} added to the gradients its previous run left (no zero_grad before its "
+                 "first backward, or an accumulation window that spans the end of an epoch): flor does not "
+                 "checkpoint p.grad, so a replay that restores the block and re-executes a later one starts "
+                 "that one from other gradients and diverges; call optimizer.zero_grad() at the start of the "
+                 "block (or step the optimizer at each epoch's last batch)")
+        except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
+            pass
+        return True

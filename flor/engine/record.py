@@ -19,7 +19,9 @@ from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
 from .exits import watch_exits
 from .outer import LoopFrame, OuterStateWriter, left_normally
-from .objects import caller_frame, drawn_generators, warn_forgotten, warn_generators, watch_generators
+from .objects import (
+    CarriedGrad, caller_frame, drawn_generators, grad_probe, warn_forgotten, warn_generators, watch_generators,
+)
 from .checkpointing import Checkpointing
 from .session import Session, as_result, copy_source, new_run_id
 from ..settings import Settings
@@ -97,6 +99,8 @@ class RecordSession(Checkpointing, Session):
         self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
         self.generators_watched: dict[str, list] = {}  # block -> its first entry's generators (flor.engine.objects)
         self.generators_drawn: dict[str, list] = {}  # block -> those its first run drew from, not given to end()
+        self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
+        self.carried_grad: CarriedGrad | None = None
         self.passed_ids: set[int] = set()
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
@@ -218,8 +222,12 @@ class RecordSession(Checkpointing, Session):
         self.open_block(name)
         if name not in self.ends_checked:  # its first time: which of the script's own generators does it draw from?
             self.generators_watched[name] = watch_generators(caller_frame())
-        elif name in self.generators_drawn:  # its second: does it draw on from where its first run left one?
-            warn_generators(name, self.generators_drawn.pop(name))
+        else:  # its second: does it draw on from where its first run left a generator, or a gradient?
+            if name in self.generators_drawn:
+                warn_generators(name, self.generators_drawn.pop(name))
+            param = self.grad_probes.pop(name, None)
+            if param is not None:
+                self.carried_grad = CarriedGrad(name, param)
         # the RNG state the block starts from: a replay that re-executes the block starts it
         # from here too, even when the script never seeded Python's or NumPy's generator
         t0 = time.perf_counter()
@@ -245,6 +253,11 @@ class RecordSession(Checkpointing, Session):
             self.ends_checked.add(name)
             warn_forgotten(name, objs)
             self.generators_drawn[name] = drawn_generators(self.generators_watched.pop(name, []), objs)
+            self.grad_probes[name] = grad_probe(objs)
+        if self.carried_grad is not None:  # its second run: did it add to the gradients the first left?
+            if self.carried_grad.close() and name not in self.meta.grads_carried:
+                self.meta.grads_carried.append(name)
+            self.carried_grad = None
         self.passed_ids.update(id(o) for o in objs)  # outer-loop state: these are checkpointed, not named
         if epoch is None:
             self.meta.outside_blocks.append([name, occ])

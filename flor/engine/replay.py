@@ -599,6 +599,11 @@ class ReplaySession(Session):
                 s.log_cause = "it follows from the diverged blocks above"
             elif self.code_changed:
                 s.log_cause = CAUSE_CODE
+            elif self.meta.grads_carried:
+                s.log_cause = (f"block(s) {', '.join(map(repr, self.meta.grads_carried))} added to the gradients of "
+                               "their previous run when recorded (run.json: grads_carried), and p.grad is not "
+                               "checkpointed: a block re-executed after a restored one started from other gradients; "
+                               "call optimizer.zero_grad() at the start of the block, record again")
             else:
                 s.log_cause = ("code outside the blocks depends on state that was not passed to end(), "
                                "or on randomness drawn inside a block")

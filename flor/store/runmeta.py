@@ -82,6 +82,9 @@ class RunMeta:
     spool: str | None = None
     world_size: int = 1
     rank_mismatches: list = field(default_factory=list)
+    #: blocks whose second run added to the gradients the first left (p.grad is not
+    #: checkpointed: a replay that re-executes a block after a restored one diverges)
+    grads_carried: list = field(default_factory=list)
     background: dict[str, Any] | None = None
     error: str | None = None
     #: the status the script asked for when it ended through ``sys.exit(n)`` or ``SystemExit(n)``
@@ -196,11 +199,13 @@ class RunMeta:
         for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics", "write_failures"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where, optional=False)
-        for name in ("argv", "outside_blocks", "checkpoint_failures", "checkpoint_skipped", "rank_mismatches"):
+        for name in ("argv", "outside_blocks", "checkpoint_failures", "checkpoint_skipped", "rank_mismatches",
+                     "grads_carried"):
             if name in obj:
                 kw[name] = _check(obj[name], list, name, where, optional=False)
-        if not all(isinstance(a, str) for a in kw.get("argv", [])):
-            raise StorageError(f"{where}: argv holds a value that is not a string")
+        for name in ("argv", "grads_carried"):
+            if not all(isinstance(a, str) for a in kw.get(name, [])):
+                raise StorageError(f"{where}: {name} holds a value that is not a string")
         for epoch, blocks in kw.get("epoch_blocks", {}).items():
             if not epoch.isdigit() or not isinstance(blocks, list):
                 raise StorageError(f"{where}: epoch_blocks[{epoch!r}] is not a list of blocks of an epoch")
