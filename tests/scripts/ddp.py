@@ -8,6 +8,7 @@ recording must notice it differs between ranks.
 """
 
 import argparse
+import gc
 import os
 import random
 
@@ -61,4 +62,9 @@ for epoch in flor.it(range(args.epochs)):
     print(f"rank {rank} epoch {epoch} acc {acc:.6f} step {step}")
 
 if dist.is_initialized():
+    # the DDP wrapper holds the process group: left for the interpreter's exit, torch 2.13's
+    # gloo threads abort a rank now and then ("terminate called without an active exception",
+    # one run in ten under load, with or without flor), so it goes first
+    del model
+    gc.collect()  # DDP's reducer sits in a reference cycle
     dist.destroy_process_group()
