@@ -64,22 +64,22 @@ def _refuse(path: str | Path, why: str, err: int = errno.EINVAL) -> StoreFileErr
     return exc
 
 
-def open_file(path: str | Path) -> tuple[int, int]:
-    """``(fd, size)`` of the regular file ``path``, opened read-only without following a link
-    at its last component; a ``StoreFileError`` for anything else (``FileNotFoundError`` and
-    other ``OSError`` pass through). The caller closes ``fd``."""
+def _open(path: str | Path, flags: int, refusing: str, mode: int = 0o644) -> tuple[int, int]:
+    """``(fd, size)`` of the regular file ``path`` opened with ``flags`` (which hold O_NOFOLLOW and
+    O_NONBLOCK), set blocking again; a ``StoreFileError`` ending in ``refusing`` for a link or
+    anything but a regular file."""
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, flags, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP and os.path.islink(path):
-            raise _refuse(path, f"a symbolic link (to {os.readlink(path)!r:.120}), not a file") from None
+            raise _refuse(path, f"a symbolic link (to {os.readlink(path)!r:.120}), not a file{refusing}") from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
-            raise _refuse(path, f"{kind}, not a regular file")
-        if _FLAGS & getattr(os, "O_NONBLOCK", 0):
+            raise _refuse(path, f"{kind}, not a regular file{refusing}")
+        if flags & getattr(os, "O_NONBLOCK", 0):
             os.set_blocking(fd, True)  # a regular file: reads never wait anyway; keep plain semantics
     except BaseException:
         os.close(fd)
@@ -87,28 +87,19 @@ def open_file(path: str | Path) -> tuple[int, int]:
     return fd, st.st_size
 
 
-def open_append(path: str | Path) -> int:
-    """A descriptor appending to the regular file ``path`` (made when missing), opened without
-    following a link at its last component: a link planted at a log of an existing run
-    (``logs/record.jsonl -> ~/.bashrc``) is refused (``StoreFileError``), never written through.
-    The caller closes it (``os.fdopen(fd, "a")`` makes a file object of it)."""
-    try:
-        fd = os.open(path, _APPEND, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP and os.path.islink(path):
-            raise _refuse(path, f"a symbolic link (to {os.readlink(path)!r:.120}), not a file; flor does not write "
-                                "through it") from None
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-            raise _refuse(path, f"{kind}, not a regular file; flor does not write to it")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+def open_file(path: str | Path) -> tuple[int, int]:
+    """``(fd, size)`` of the regular file ``path``, opened read-only without following a link
+    at its last component; a ``StoreFileError`` for anything else (``FileNotFoundError`` and
+    other ``OSError`` pass through). The caller closes ``fd``."""
+    return _open(path, _FLAGS, "")
+
+
+def open_append(path: str | Path, mode: int = 0o644) -> int:
+    """A descriptor appending to the regular file ``path`` (made with ``mode`` when missing),
+    opened without following a link at its last component: a link planted at a log of an
+    existing run (``logs/record.jsonl -> ~/.bashrc``) is refused (``StoreFileError``), never
+    written through. The caller closes it (``os.fdopen(fd, "a")`` makes a file object of it)."""
+    return _open(path, _APPEND, "; flor does not write through it", mode)[0]
 
 
 def read_bytes(path: str | Path, *, limit: int | None = MAX_METADATA) -> bytes:
@@ -140,8 +131,9 @@ def read_lines(path: str | Path) -> BinaryIO:
 
 
 def lines(fh: BinaryIO, limit: int = MAX_LINE):  # type: ignore[no-untyped-def]
-    """Each line of ``fh`` (with its newline); a line over ``limit`` bytes is yielded as ``b""``
-    followed by nothing of it (its rest is skipped), so a file without newlines costs no memory."""
+    """Each line of ``fh`` (with its newline); a line over ``limit`` bytes is yielded as
+    ``b"\\0\\n"``, which no parser accepts, and its rest is skipped, so a file without newlines
+    costs no memory."""
     while True:
         raw = fh.readline(limit + 1)
         if not raw:

@@ -254,7 +254,7 @@ def _fingerprint(gen: Any) -> bytes:
 
 def watch_generators(frame: FrameType | None) -> list[tuple[str, Any, bytes]]:
     """``(name, generator, fingerprint)`` of the script's own generators visible in ``frame``,
-    taken as a block is first entered; ``warn_generators`` compares them at its end. Never
+    taken as a block is first entered; ``drawn_generators`` compares them at its end. Never
     raises: nothing is watched then."""
     try:
         return [(name, gen, _fingerprint(gen)) for name, gen in generators(frame_variables(frame))]

@@ -61,12 +61,12 @@ class ReplaySession(Session):
             raise StorageError(f"the latest recording cannot be replayed: {exc}; to replay an earlier run, "
                                f"add --flor_run RUN (`flor ls {settings.name}` lists them)") from exc
         # evicted blobs come back from the spool the run was recorded to, or `flor spool` put it in
-        spools = [self.meta.spool] if self.meta.spool else spooled_to(self.store.root, self.run)
-        spools.sort(key=lambda url: not spool_trusted(settings.config_dir, url))  # one of the user's own first
-        if remote is None and spools:
-            remote = LazyRemote(self.store, spools[0], progress=progress,
-                                say=lambda text: print(f"flor: {text}", file=sys.stderr),
-                                trusted=spool_trusted(settings.config_dir, spools[0]))
+        spools = [] if remote is not None else \
+            [self.meta.spool] if self.meta.spool else spooled_to(self.store.root, self.run)
+        if spools:
+            own = [url for url in spools if spool_trusted(settings.config_dir, url)]
+            remote = LazyRemote(self.store, (own or spools)[0], progress=progress, trusted=bool(own),
+                                say=lambda text: print(f"flor: {text}", file=sys.stderr))
         if remote is not None:  # a store whose blobs fall back on the spool; what came from it is said at exit
             self.store = ExperimentStore(settings.home, settings.name, remote=remote)
             owner = os.getpid()  # not in a child made by os.fork

@@ -21,6 +21,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from .._files import open_append, open_file
 from ..errors import ConfigError, warn
 
 __all__ = ["KEY_FILE", "SPOOLS_FILE", "key_file", "key_id", "load_key", "remember_spool", "signer", "spool_trusted",
@@ -131,8 +132,7 @@ def remember_spool(config_dir: Path, url: str) -> None:
         if url in _spools(path):
             return
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as fh:
+        with os.fdopen(open_append(path, 0o600), "a", encoding="utf-8") as fh:
             fh.write(url + "\n")
     except (OSError, ValueError) as exc:
         warn(f"cannot note the spool {url} in {path} ({exc}); a replay fetches this run's evicted blobs "
@@ -149,12 +149,11 @@ def spool_trusted(config_dir: Path, url: str) -> bool:
 
 def _spools(path: Path) -> set[str]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:  # none yet (or a link, refused by O_NOFOLLOW)
+        fd, _ = open_file(path)  # none yet, a link or not a regular file: an OSError
+    except OSError:
         return set()
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return set()  # not a file, or others could add a bucket: trust none of it
+        if os.fstat(fh.fileno()).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return set()  # others could add a bucket: trust none of it
         text = fh.read(1 << 20).decode("utf-8", errors="replace")
     return {line.strip() for line in text.splitlines() if line.strip()}
