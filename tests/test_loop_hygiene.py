@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import ROOT, Runner
+from conftest import ROOT, Runner, values
 from flor.engine import objects
 from flor.launch.output import WorkerOutput, clean
 from flor.verify import non_logging_changes
@@ -151,17 +151,35 @@ def test_a_generator_reseeded_every_epoch_is_not_warned_and_replays_exactly(runn
 CARRIED = "added to the gradients its previous run left"
 
 
-def test_gradients_carried_into_the_next_epoch_are_named_and_explain_the_divergence(runner: Runner):
-    # p.grad is not checkpointed: a replay that re-executes an epoch after a restored one diverges,
-    # and the recording says so once, and the replay names the cause
+def test_gradients_carried_into_the_next_epoch_are_checkpointed_and_restored(runner: Runner):
+    # a block whose next run adds to the gradients it left: from its second run on its checkpoints keep
+    # p.grad, and a replay that restores one and re-executes the next epoch starts from the recorded
+    # gradients; the first run's checkpoint (taken before flor could know) holds none and is re-executed
     script = runner.script("accumulate.py")
     rec = runner.run(script, "--acc", "4", "--flor", "acc", env=runner.env(FLOR_EVERY="2"))
     assert rec.stderr.count(CARRIED) == 1, rec.stderr
     (run_dir,) = (runner.home / "acc" / "runs").iterdir()
     assert json.loads((run_dir / "run.json").read_text())["grads_carried"] == ["train"]
-    rep = runner.run(script, "--acc", "4", "--flor", "acc", "--replay_flor", check=False)
-    assert rep.returncode == 3 and "block(s) 'train' added to the gradients of their previous run" in rep.stderr, \
-        rep.stderr
+    manifests = {p.name: json.loads(p.read_text()) for p in (run_dir / "checkpoints" / "train").iterdir()}
+    assert set(manifests) == {"0.json", "2.json"} and "grads" not in manifests["0.json"], sorted(manifests)
+    grads = manifests["2.json"]["grads"]
+    assert grads["k"] == ["0"] and len(grads["v"][0]["k"]) == 4, grads  # net's two weights and two biases
+
+    # hindsight: the gradient left after each epoch, logged after end() (restored with the block), against
+    # the same script recorded in full
+    edits = {'    flor.log("w", float(net[0].weight.sum()))':
+             '    flor.log("w", float(net[0].weight.sum()))\n    flor.log("g", float(net[0].weight.grad.sum()))'}
+    hindsight = runner.script("accumulate.py", edits=edits, dest="hindsight.py")
+    runner.run(hindsight, "--acc", "4", "--flor", "full")
+    full = values(runner.logs("full"), "record")
+    assert len(full) == 8, full
+    for worker in ("1/2", "0/2"):  # 1/2: epoch 2 restored with its gradients, epoch 3 re-executed from them
+        rep = runner.run(hindsight, "--acc", "4", "--flor", "acc", "--replay_flor", worker)
+        assert "replay verified exact" in rep.stderr, rep.stderr
+    rep = runner.run(hindsight, "--acc", "4", "--flor", "acc", "--replay_flor")
+    assert "replay verified exact" in rep.stderr and "its checkpoint at epoch 0 holds none" in rep.stderr, rep.stderr
+    replayed = [r for r in runner.logs("acc") if r["source"] == "replay" and r["name"] == "g"]
+    assert len(replayed) == 8 and all(r["value"] == full[("g", r["epoch"], r["step"])] for r in replayed), replayed
 
 
 @pytest.mark.parametrize("args", [["--acc", "7"], ["--acc", "4", "--zero"]])

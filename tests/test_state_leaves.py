@@ -201,6 +201,26 @@ def test_the_manifest_validator_accepts_every_leaf_the_encoder_writes() -> None:
         check_manifest(read_back, "4.json", block="b", epoch=4, occurrence=0)
 
 
+
+def test_the_manifest_validator_checks_a_checkpoints_gradients() -> None:
+    from flor.state import capture_rng
+    from flor.state.grads import module_grads
+    from flor.store.manifest import check_manifest, seal
+
+    net = torch.nn.Linear(2, 2)
+    net(torch.ones(1, 2)).sum().backward()
+    base = {"block": "b", "epoch": 3, "occurrence": 0, "count": 1, "objects": snapshot([net]).materialize(),
+            "rng": snapshot(capture_rng()).materialize()}
+    good = seal({**base, "grads": snapshot(module_grads([net])).materialize()})
+    assert check_manifest(json.loads(json.dumps(good)), "3.json") == good
+    bad_hash = json.loads(json.dumps(good))
+    bad_hash["grads"]["v"][0]["v"][0]["h"] = "../../etc"
+    for grads, problem in [([1], "not a dict node"), ({"t": "list", "v": []}, "not a dict node"),
+                           (bad_hash["grads"], "grads")]:
+        with pytest.raises(FlorError, match=problem):
+            check_manifest(seal({**base, "grads": grads}), "3.json")
+
+
 def test_arrays_torch_has_no_tensor_for_are_stored_as_their_bytes() -> None:
     """Strings, bytes, dates and durations of any unit, another byte order, long doubles:
     torch cannot view them, so the encoder raised on them and every checkpoint of a block

@@ -10,7 +10,8 @@ from typing import Any
 from ..placement import OffCpu
 from ..policy import charge_for
 from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, same_rng, snapshot,
-                     snapshot_rng)  # here, not per checkpoint: an import statement costs ~10 us with cold caches
+                     snapshot_rng)
+from ..state.grads import module_grads  # here, not per checkpoint: an import statement costs ~10 us with cold caches
 from ..store.hashing import hash_bytes
 from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes
 from ..store.trust import signer
@@ -38,12 +39,13 @@ class Checkpointing:
             if cache is None:
                 cache = self.trees[name] = TreeCache(memory=self.writer.budget)
             objects = snapshot(list(objs), pool=self.pool, cache=cache)
+            grads = self._grads(name, epoch, objs)
             rng_state, rng_start_state = capture_rng(raw=True), self.rng_start  # fresh copies: encoded on the writer
         except Exception as exc:  # noqa: BLE001 - an object flor cannot capture must not stop training
             self._failed(name, epoch, exc)
             return
         snap_s = time.perf_counter() - t0
-        nbytes = objects.nbytes + RNG_BYTES
+        nbytes = objects.nbytes + RNG_BYTES + (grads.nbytes if grads is not None else 0)
         self.snapshot_bytes[name] = nbytes
         trainer = getattr(self.off_cpu, "meter", None)  # this (training) thread's waits, read by the writer
         if trainer is None:
@@ -54,7 +56,7 @@ class Checkpointing:
             mark = trainer.mark()
             self._choose_charge()  # here, not in the stall
             give_turn()  # (between the steps: flor.store.writer)
-            parts = [objects]
+            parts = [objects] if grads is None else [objects, grads]
             nogil: list[float] = []  # the hashing's CPU time: with the GIL released
             last = self.last_rng.pop(name, None)
             try:  # hashed once; large leaves written straight from the pooled buffers, small ones in one
@@ -83,8 +85,8 @@ class Checkpointing:
                     part.release()
             head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
             give_turn()
-            data, rng_text = self._sealed_manifest(head, objects, rng, start, nbytes=nbytes, new_bytes=new_bytes,
-                                                   block_s=elapsed, snapshot_s=snap_s)
+            data, rng_text = self._sealed_manifest(head, objects, rng, start, grads, nbytes=nbytes,
+                                                   new_bytes=new_bytes, block_s=elapsed, snapshot_s=snap_s)
             self.last_rng[name] = (rng_state, (rng.tree, rng_text))  # its blobs are durable: rng_start may point at them
             give_turn()
             manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
@@ -138,8 +140,22 @@ class Checkpointing:
         self.background_seen = self.background_cpu_s
         self.policy.charge = charge_for(idle)
 
-    def _sealed_manifest(self, head: dict, objects: Any, rng: Any, start: tuple[Any, str | None], *, nbytes: int,
-                         new_bytes: int, block_s: float, snapshot_s: float) -> tuple[bytes, str]:
+    def _grads(self, name: str, epoch: int | None, objs: tuple) -> Any:
+        """The modules' gradients (a ``Pending``) where the block adds to those its previous run
+        left (run.json: ``grads_carried``, ``flor.state.grads``); else None. One that cannot be
+        captured (a sparse gradient) is left out with one warning: a replay then re-executes
+        from an earlier checkpoint rather than restore this one."""
+        if name not in self.meta.grads_carried:
+            return None
+        try:
+            return snapshot(module_grads(objs), pool=self.pool)
+        except Exception as exc:  # noqa: BLE001 - never stops training
+            self.warn_once(("grads", name), f"the gradients of block {name!r} could not be checkpointed at epoch "
+                           f"{epoch} ({exc}); a replay re-executes the block from an earlier checkpoint instead")
+            return None
+
+    def _sealed_manifest(self, head: dict, objects: Any, rng: Any, start: tuple[Any, str | None], grads: Any = None,
+                         *, nbytes: int, new_bytes: int, block_s: float, snapshot_s: float) -> tuple[bytes, str]:
         """The manifest file of a checkpoint whose blobs are stored, and its RNG tree's text: each
         state tree serialized once, for the state digest, the checksum and the file
         (``sealed_bytes``); an HMAC with the user's key where a leaf is pickled
@@ -149,6 +165,8 @@ class Checkpointing:
         trees = {"objects": objects.tree, "rng": rng.tree, "rng_start": start_tree}  # objects: None, rendered
         done = {"objects": objects.canonical(), "rng": canonical_json(rng.tree),
                 "rng_start": start_text or canonical_json(start_tree)}
+        if grads is not None:  # "grads": outside the state digest (a re-executed block's are not compared)
+            trees["grads"], done["grads"] = grads.tree, grads.canonical()
         manifest = {
             "format": FORMAT, **head, **trees,
             "digest": hash_bytes(f'{{"objects":{done["objects"]},"rng":{done["rng"]}}}'.encode()),

@@ -299,16 +299,14 @@ def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
 
 def grad_probe(objs: tuple) -> Any:
     """A parameter to watch for gradients carried into the block's next run: the first one that
-    requires grad of the first module among ``objs`` (one level into lists and tuples); None."""
-    import torch
+    requires grad of the first module among ``objs`` (``flor.state.grads.modules_among``); None."""
+    from ..state.grads import modules_among
 
     try:
-        for o in objs:
-            for m in (o if isinstance(o, (list, tuple)) else (o,)):
-                if isinstance(m, torch.nn.Module):
-                    for p in m.parameters():
-                        if p.requires_grad:
-                            return p
+        for _, m in modules_among(objs):
+            for p in m.parameters():
+                if p.requires_grad:
+                    return p
     except Exception:  # noqa: BLE001 - advice only
         pass
     return None
@@ -317,13 +315,13 @@ def grad_probe(objs: tuple) -> Any:
 class CarriedGrad:
     """Whether the block's second run accumulates into the gradient its first run left.
 
-    ``p.grad`` is not checkpointed (docs/replay.md), so a block that starts by adding to the
-    previous epoch's leftover gradient (gradient accumulation whose last partial window spans
-    the epoch's end, or no ``zero_grad`` before the first backward) trains differently after
-    a restored block: a replay that re-executes a later epoch diverges. A gradient hook on one
-    parameter sees, at the block's first backward, whether a nonzero gradient is still there.
-    Armed once a block, at its second entry, only when a leftover exists; removed by ``close``.
-    Never raises."""
+    A module's state_dict holds no gradients, so a block that starts by adding to the previous
+    epoch's leftover gradient (gradient accumulation whose last partial window spans the
+    epoch's end, or no ``zero_grad`` before the first backward) trains differently after a
+    restored block unless its gradients are restored too. A gradient hook on one parameter
+    sees, at the block's first backward, whether a nonzero gradient is still there; from then
+    on the block's checkpoints keep ``p.grad`` (``flor.state.grads``). Armed once a block, at
+    its second entry, only when a leftover exists; removed by ``close``. Never raises."""
 
     def __init__(self, name: str, param: Any) -> None:
         self.name, self.param, self.handle, self.carried, self.fired = name, param, None, False, False
@@ -360,10 +358,10 @@ class CarriedGrad:
         self.carried = False
         try:
             warn(f"SkipBlock {self.name!r} added to the gradients its previous run left (no zero_grad before its "
-                 "first backward, or an accumulation window that spans the end of an epoch): flor does not "
-                 "checkpoint p.grad, so a replay that restores the block and re-executes a later one starts "
-                 "that one from other gradients and diverges; call optimizer.zero_grad() at the start of the "
-                 "block (or step the optimizer at each epoch's last batch)")
+                 "first backward, or an accumulation window that spans the end of an epoch): its checkpoints now "
+                 "keep p.grad too, so a replay restores them; the checkpoint of its first run has none, and a "
+                 "replay re-executes that run. If the carry-over is not intended, call optimizer.zero_grad() at "
+                 "the start of the block")
         except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
             pass
         return True

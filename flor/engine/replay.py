@@ -226,7 +226,9 @@ class ReplaySession(Session):
     def _drop_damaged(self, epochs: range) -> bool:
         """Read the manifests of ``epochs`` before the plan relies on them; a damaged one (its
         checksum, structure or file name wrong) leaves ``available`` with one note naming the
-        file, so the plan re-executes it from the nearest earlier checkpoint. True when one did."""
+        file, so the plan re-executes it from the nearest earlier checkpoint; so does one without
+        the gradients of a block that adds to those of its previous run (``flor.state.grads``):
+        restored, the next run would start from other gradients. True when one did."""
         dropped = False
         for epoch in epochs:
             for name, occ in self.meta.epoch_blocks.get(str(epoch), []):
@@ -234,7 +236,7 @@ class ReplaySession(Session):
                 if key not in self.available or key in self._sound:
                     continue
                 try:
-                    self.store.read_manifest(self.run, *key)
+                    manifest = self.store.read_manifest(self.run, *key)
                 except FlorError as exc:
                     if self.settings.strict:
                         raise CheckpointError(f"{exc} (--flor_strict: a replay does not go on without it)") from exc
@@ -242,6 +244,13 @@ class ReplaySession(Session):
                     self.note(f"{exc}; replay re-executes that epoch from the nearest earlier checkpoint")
                     dropped = True
                 else:
+                    if name in self.meta.grads_carried and "grads" not in manifest:
+                        self.available.discard(key)
+                        self.note(f"block {name!r} adds to the gradients its previous run left (run.json: "
+                                  f"grads_carried) and its checkpoint at epoch {epoch} holds none (taken before flor "
+                                  "noticed): replay re-executes that epoch from the nearest earlier checkpoint")
+                        dropped = True
+                        continue
                     self._sound.add(key)
         return dropped
 
@@ -482,10 +491,13 @@ class ReplaySession(Session):
 
     def _restore(self, manifest: dict, cache: dict, objs: tuple) -> tuple:
         from ..state import restore_all
+        from ..state.grads import restore_grads
 
         t0 = time.perf_counter()
         restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
                                pickles=self._pickles(manifest))
+        if "grads" in manifest:  # the block adds to them in its next run (flor.state.grads)
+            restore_grads(restored, manifest["grads"], cache.__getitem__)
         self.io["restore_s"] += time.perf_counter() - t0
         self.anchored = self.from_restore = self.rng_exact = True
         return tuple(restored)
@@ -599,11 +611,6 @@ class ReplaySession(Session):
                 s.log_cause = "it follows from the diverged blocks above"
             elif self.code_changed:
                 s.log_cause = CAUSE_CODE
-            elif self.meta.grads_carried:
-                s.log_cause = (f"block(s) {', '.join(map(repr, self.meta.grads_carried))} added to the gradients of "
-                               "their previous run when recorded (run.json: grads_carried), and p.grad is not "
-                               "checkpointed: a block re-executed after a restored one started from other gradients; "
-                               "call optimizer.zero_grad() at the start of the block, record again")
             else:
                 s.log_cause = ("code outside the blocks depends on state that was not passed to end(), "
                                "or on randomness drawn inside a block")

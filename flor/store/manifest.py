@@ -450,6 +450,11 @@ def check_manifest(obj: Any, where: str, *, block: str | None = None, epoch: int
             check_node(rng, name)
             if not {"python", "numpy", "torch"} <= {k for k in rng["k"] if isinstance(k, str)}:
                 _fail(name, "the random state lacks the python, numpy or torch generator")
+        if "grads" in obj:  # the modules' gradients (flor.state.grads): {where: {parameter: tensor}}
+            grads = obj["grads"]
+            if not isinstance(grads, dict) or grads.get("t") != "dict":
+                _fail("grads", "the gradients are not a dict node")
+            check_node(grads, "grads")
         _str(obj.get("sha256"), "sha256", "the manifest checksum", _HEX64)
         if "hmac" in obj:
             mac = obj["hmac"]
