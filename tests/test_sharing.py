@@ -394,6 +394,42 @@ def test_a_pulled_run_json_of_another_type_never_enters_the_store(runner: Runner
     assert not (pulled / "toy" / "runs" / run / "run.json").exists()
 
 
+def test_pull_refuses_a_run_of_too_many_files_and_leaves_oversized_ones_in_the_bucket(
+        runner: Runner, moto, bucket, monkeypatch) -> None:  # noqa: ANN001
+    # the limits (200,000 files a run, 256 MB a metadata file) lowered in this process, so a bucket
+    # can go past them in seconds; the server, the keys and the store are real
+    from flor.errors import ReplayError
+    from flor.store.experiment import ExperimentStore
+    from flor.store.sync import pull
+
+    url = f"s3://{bucket}/team"
+    runner.run(runner.script(), "--flor", "toy", "--epochs", "2", env=_s3_env(runner, moto, url))
+    [run] = os.listdir(runner.home / "toy" / "runs")
+    client = moto.client()
+    ATTACKS.append("a bucket file over the metadata size limit, and a run of more files than a run has")
+    client.put_object(Bucket=bucket, Key=f"team/toy/runs/{run}/logs/huge.jsonl", Body=b'{"x": 1}\n' * 1000)
+    for key, value in _s3_env(runner, moto, url).items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    pulled = runner.cwd / "pulled"
+    remote = pull.open_spool(url)
+    listed = len(moto.objects(bucket, f"team/toy/runs/{run}/"))
+    monkeypatch.setattr(pull, "MAX_RUN_KEYS", listed - 1)
+    with pytest.raises(ReplayError, match=f"it holds {listed} files, over the {listed - 1} a run of flor has"):
+        pull.pull_run(ExperimentStore(pulled, "toy"), remote, run)
+    assert not (pulled / "toy").exists()  # refused before anything was written
+
+    monkeypatch.setattr(pull, "MAX_RUN_KEYS", listed)
+    monkeypatch.setattr(pull, "MAX_METADATA", 8000)  # the planted log is 9000 bytes; the run's own files fit
+    left = r"left 1 file\(s\) of run .*larger than the 7.8 KB .*logs/huge.jsonl' \(8.8 KB\)"
+    with pytest.warns(RuntimeWarning, match=left) as caught:
+        pull.pull_run(ExperimentStore(pulled, "toy"), remote, run)
+    assert len(caught) == 1, [str(w.message) for w in caught]  # (it once said "would lead out of the store")
+    runs = pulled / "toy" / "runs" / run
+    assert (runs / "run.json").is_file() and (runs / "logs" / "record.jsonl").is_file()
+    assert not (runs / "logs" / "huge.jsonl").exists()
+
+
 # -- secrets ---------------------------------------------------------------------------------------
 
 OPENAI = "sk-proj-" + "Zx9" * 10

@@ -228,7 +228,10 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
                           f"over the {MAX_RUN_KEYS} a run of flor has; the bucket was damaged or planted")
     big = sorted(k for k, size in keys.items() if size > MAX_METADATA)
     if big:  # metadata, logs, sources: kilobytes to megabytes; one of GBs costs only itself
-        refused.extend(f"{prefix + k!r:.120} ({human_size(keys[k])}, over {human_size(MAX_METADATA)})" for k in big)
+        warn(f"left {len(big)} file(s) of run {run} in {remote.where(store.name)}, larger than the "
+             f"{human_size(MAX_METADATA)} flor reads of a run's metadata, log or source file: "
+             f"{', '.join(f'{prefix + k!r:.120} ({human_size(keys[k])})' for k in big[:5])}"
+             f"{' ...' if len(big) > 5 else ''}")
         keys = {k: v for k, v in keys.items() if k not in big}
     if refused:  # planted by someone with write access to the bucket: never written, only reported
         warn(f"ignored {len(refused)} key(s) of run {run} in {remote.where(store.name)} that would lead out of "
