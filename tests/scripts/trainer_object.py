@@ -3,7 +3,9 @@ optimizer, the scheduler, a DataLoader and a step counter as attributes, and the
 given to ``SkipBlock.end(trainer)``. Used by tests/test_trainer_object.py.
 
 A DataLoader refuses any assignment to ``dataset``, ``batch_size``, ``sampler``... once built,
-even of the same object; restoring the trainer in place must not assign them.
+even of the same object; restoring the trainer in place must not assign them. With
+``--loader_workers 2`` the loader keeps persistent worker processes, and its live iterator (a
+generator object inside) between epochs: not state, and not to be captured.
 """
 
 import argparse
@@ -14,13 +16,14 @@ import flor
 
 
 class Trainer:
-    def __init__(self, epochs: int) -> None:
+    def __init__(self, epochs: int, loader_workers: int) -> None:
         torch.manual_seed(0)
         X = torch.randn(96, 6)
         Y = X @ torch.randn(6, 1) + 0.1 * torch.randn(96, 1)
         self.Xv, self.Yv = X[64:], Y[64:]
         self.loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X[:64], Y[:64]), batch_size=16,
-                                                  shuffle=True)
+                                                  shuffle=True, num_workers=loader_workers,
+                                                  persistent_workers=loader_workers > 0)
         self.model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Dropout(0.1), torch.nn.Tanh(),
                                          torch.nn.Linear(8, 1))
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
@@ -52,4 +55,6 @@ class Trainer:
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=4)
-Trainer(parser.parse_args().epochs).fit()
+parser.add_argument("--loader_workers", type=int, default=0)
+args = parser.parse_args()
+Trainer(args.epochs, args.loader_workers).fit()
