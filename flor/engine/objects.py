@@ -12,6 +12,10 @@ Two mistakes are easy to make and costly to find later:
   ``watch_generators`` fingerprints those in the calling frame (and a DataLoader's) when a
   block is first entered, ``drawn_generators`` keeps the ones that changed by its end, and
   ``warn_generators`` names those the next entry finds untouched since (not reseeded);
+- a list, dict, set or deque of the script's own (a history of batch losses) grows inside the
+  block but is not given: a replay that restores the block leaves it as it was.
+  ``watch_containers`` notes their lengths when a block is first entered and
+  ``grown_containers`` the ones that changed by its end;
 - on replay, ``end()`` gets other objects than the recording did. ``arity_message`` says
   which are missing or extra, by position and type, from the classes the manifest kept.
 
@@ -30,12 +34,14 @@ from __future__ import annotations
 import pickle
 import random
 import sys
+from collections import OrderedDict, defaultdict, deque
 from difflib import SequenceMatcher
 from types import FrameType
 from typing import Any, Iterable, Mapping
 
 __all__ = ["CarriedGrad", "arity_message", "caller_frame", "describe", "describe_node", "drawn_generators",
-           "forgotten", "grad_probe", "warn_generators", "watch_generators"]
+           "forgotten", "forgotten_in_replay", "grad_probe", "grown_containers", "warn_containers", "warn_generators",
+           "watch_containers", "watch_generators"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
@@ -170,6 +176,21 @@ def warn_forgotten(name: str, objs: tuple) -> None:
         return
 
 
+def forgotten_in_replay(name: str, objs: tuple) -> list[str]:
+    """What a replay that restores block ``name`` says about the schedulers and scalers its
+    ``end(*objs)`` leaves out (read from the calling frame, as ``warn_forgotten`` does while
+    recording): the restore puts back the optimizer but not them, so a value read from them
+    differs from a full re-execution even where every block verifies. Never raises."""
+    try:
+        return [f"SkipBlock.end({name!r}) is not given `{var}` ({_a(kind)}, {why}): this replay cannot restore "
+                f"its state, so values read from it (a learning rate, a plateau count, a loss scale) may differ "
+                f"from a full re-execution although the blocks verify; pass it to SkipBlock.end(..., {var}) "
+                f"and record again"
+                for var, kind, why in forgotten(objs, frame_variables(caller_frame()))]
+    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop the replay
+        return []
+
+
 # -- random generators of the script's own ------------------------------------------------
 
 #: where a DataLoader keeps the generators it draws from (its workers' seeds, its sampler's order)
@@ -292,6 +313,59 @@ def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
                  f"block drew from): flor checkpoints the generators given to end() and the global ones (Python's, "
                  f"NumPy's, torch's) only, so a replay that restores {name!r} leaves `{var}` where it was and later "
                  "epochs draw other numbers than the recording did (a DataLoader's shuffling order, random crops); "
+                 f"pass it to SkipBlock.end(..., {var})")
+    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
+        return
+
+
+# -- containers of the script's own ----------------------------------------------------------
+
+_WATCHED_CONTAINERS = (list, dict, set, deque, defaultdict, OrderedDict)
+
+
+def watch_containers(frame: FrameType | None) -> list[tuple[str, Any, int]]:
+    """``(name, container, length)`` of each list, dict, set or deque among the variables of
+    ``frame``, taken as a block is first entered; ``grown_containers`` looks at them at its end.
+    Never raises: nothing is watched then.
+
+    >>> history = [0.5]
+    >>> [(n, k) for n, _, k in watch_containers(sys._getframe()) if n == "history"]
+    [('history', 1)]
+    """
+    try:
+        return [(var, value, len(value)) for var, value in frame_variables(frame).items()
+                if not var.startswith("__") and type(value) in _WATCHED_CONTAINERS]
+    except Exception:  # noqa: BLE001 - advice only
+        return []
+
+
+def grown_containers(watched: list[tuple[str, Any, int]], objs: tuple) -> list[tuple[str, str, int, int]]:
+    """``(name, type, length before, length after)`` of each container in ``watched`` whose length
+    the block changed (an ``append``, a new key) but that ``end(*objs)`` was not given (itself,
+    inside a container given, or an attribute of an object given). Never raises."""
+    try:
+        passed = _passed(objs)
+        for o in objs:
+            own = getattr(o, "__dict__", None)
+            if type(own) is dict:
+                passed.update(id(v) for v in own.values())
+        return [(var, type(value).__name__, before, len(value)) for var, value, before in watched
+                if id(value) not in passed and len(value) != before]
+    except Exception:  # noqa: BLE001 - advice only
+        return []
+
+
+def warn_containers(name: str, grown: list[tuple[str, str, int, int]]) -> None:
+    """Warn about each container ``grown_containers`` found: a replay that restores block ``name``
+    does not change it, so what reads it after the block (a history, a count) is not what a full
+    run gives. Never raises, even under ``-W error``: it only advises."""
+    from ..errors import warn
+
+    try:
+        for var, kind, before, after in grown:
+            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({_a(kind)} the block changed from {before} to "
+                 f"{after} items): flor checkpoints only what end() is given, so a replay that restores {name!r} "
+                 f"leaves `{var}` as it was and values read from it after the block differ from the recording's; "
                  f"pass it to SkipBlock.end(..., {var})")
     except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
         return

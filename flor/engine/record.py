@@ -20,7 +20,8 @@ from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, 
 from .exits import watch_exits
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import (
-    CarriedGrad, caller_frame, drawn_generators, grad_probe, warn_forgotten, warn_generators, watch_generators,
+    CarriedGrad, caller_frame, drawn_generators, grad_probe, grown_containers, warn_containers, warn_forgotten,
+    warn_generators, watch_containers, watch_generators,
 )
 from .checkpointing import Checkpointing
 from .session import Session, as_result, copy_source, new_run_id
@@ -98,6 +99,7 @@ class RecordSession(Checkpointing, Session):
         self.epoch_blocks: list[list] = []
         self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
         self.generators_watched: dict[str, list] = {}  # block -> its first entry's generators (flor.engine.objects)
+        self.containers_watched: dict[str, list] = {}  # block -> its first entry's lists, dicts (flor.engine.objects)
         self.generators_drawn: dict[str, list] = {}  # block -> those its first run drew from, not given to end()
         self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
         self.carried_grad: CarriedGrad | None = None
@@ -222,6 +224,7 @@ class RecordSession(Checkpointing, Session):
         self.open_block(name)
         if name not in self.ends_checked:  # its first time: which of the script's own generators does it draw from?
             self.generators_watched[name] = watch_generators(caller_frame())
+            self.containers_watched[name] = watch_containers(caller_frame())
         else:  # its second: does it draw on from where its first run left a generator, or a gradient?
             if name in self.generators_drawn:
                 warn_generators(name, self.generators_drawn.pop(name))
@@ -253,6 +256,7 @@ class RecordSession(Checkpointing, Session):
             self.ends_checked.add(name)
             warn_forgotten(name, objs)
             self.generators_drawn[name] = drawn_generators(self.generators_watched.pop(name, []), objs)
+            warn_containers(name, grown_containers(self.containers_watched.pop(name, []), objs))
             self.grad_probes[name] = grad_probe(objs)
         if self.carried_grad is not None:  # its second run: did it add to the gradients the first left?
             if self.carried_grad.close() and name not in self.meta.grads_carried:

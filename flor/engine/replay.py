@@ -21,7 +21,7 @@ from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
 from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
-from .objects import arity_message
+from .objects import arity_message, forgotten_in_replay
 from .outer import LoopFrame, decode, left_normally, read_outer_state
 from .session import Session, as_result
 from ..placement import new_replay_id, pid_alive
@@ -83,6 +83,7 @@ class ReplaySession(Session):
         self.available = set(self.store.manifests(self.run))
         self._sound: set[tuple] = set()  # manifests read and found intact (``_drop_damaged``)
         self.notes: list[str] = []
+        self.forgotten_checked: set[str] = set()  # blocks whose end() was looked at for a scheduler left out
         if picked:
             self.note(picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
@@ -520,6 +521,10 @@ class ReplaySession(Session):
             raise StateError(arity_message(name, epoch, list(recorded), objs))
         event = BlockEvent(epoch, name, occ, "restored", initializing=self.initializing)
         if action == "restore":
+            if name not in self.forgotten_checked:  # once a block, as the recording warned
+                self.forgotten_checked.add(name)
+                for text in forgotten_in_replay(name, objs):
+                    self.note(text)
             objs = self._restore(manifest, cache, objs)
         elif manifest is None:
             event.action = "executed (no checkpoint)"

@@ -26,7 +26,7 @@ import torch
 from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
 from ..store.writer import give_turn
-from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _frozen
+from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _frozen, _object_attrs
 from .pending import Pending, _empty_like, _side_stream, _tensor_bytes
 
 __all__ = ["TreeCache"]
@@ -125,7 +125,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         if kind is None or callable(obj) or type(getattr(obj, "__dict__", None)) is not dict:
             return False
         sig.append((t, kind))
-        return _flatten(_dataclass_attrs(obj) if kind == "dataclass" else dict(vars(obj)), sig, vals, tensors,
+        return _flatten(_dataclass_attrs(obj) if kind == "dataclass" else _object_attrs(obj), sig, vals, tensors,
                         depth + 1, direct)
     elif isinstance(obj, _ENCODED_OTHERWISE):
         return False  # (any other class with state_dict and load_state_dict: the encoder's "stateful")

@@ -230,10 +230,27 @@ def _fill(target: Any, node: dict, load: Loader, path: str, pickles: PickleTrust
     for k_node, v_node in zip(attrs["k"], attrs["v"]):
         if not isinstance(k_node, str):
             raise CheckpointError(f"{path}: attribute name {k_node!r:.40} is not a string; the checkpoint is damaged")
-        value = _restore(getattr(target, k_node, None) if in_place else None, v_node, load, f"{path}.{k_node}",
-                         pickles)
+        current = getattr(target, k_node, _ABSENT) if in_place else _ABSENT
+        value = _restore(None if current is _ABSENT else current, v_node, load, f"{path}.{k_node}", pickles)
+        if current is not _ABSENT and _unchanged(current, value):
+            continue  # restored in place, or equal: no setattr (a DataLoader refuses one to `dataset` once built)
         (setattr if in_place else object.__setattr__)(target, k_node, value)
     return target
+
+
+_ABSENT = object()
+
+
+def _unchanged(current: Any, value: Any) -> bool:
+    """Whether setting ``value`` over ``current`` would change nothing: the same object (restored
+    in place), or an equal value of the same plain type.
+
+    >>> _unchanged(64, int("64")), _unchanged(1, True), _unchanged(float("nan"), float("nan"))
+    (True, False, False)
+    """
+    if value is current:
+        return True
+    return type(value) is type(current) and type(value) in (int, float, str, bool, bytes) and value == current
 
 
 def restore(live: Any, node: Any, load: Loader, path: str = "", *, pickles: PickleTrust = REFUSE_PICKLES) -> Any:

@@ -16,7 +16,7 @@ from ..errors import StateError, warn
 from ..leaves import encode_leaf, sort_key
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
 from .cache import TreeCache, _array_bytes
-from .nodes import _PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _frozen, _qualname
+from .nodes import _PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _frozen, _object_attrs, _qualname
 from .pending import BufferPool, Pending, _is_plain_tensor, _side_stream
 from .rng import NumpyRaw, settled
 
@@ -219,7 +219,7 @@ class _Encoder:
             # deque subclass: their vars() miss the data
             return self.pickled(obj, path)
         if hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
-            return {"t": "object", "cls": _qualname(obj), "v": self.encode(dict(vars(obj)), path)}
+            return {"t": "object", "cls": _qualname(obj), "v": self.encode(_object_attrs(obj), path)}
         return self.pickled(obj, path)
 
 

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any, Callable
 
 import torch
+import torch.utils.data
 
 from ..store.manifest import TORCH_DTYPES
 
@@ -32,6 +33,23 @@ def _dataclass_attrs(obj: Any) -> dict:
     "dataclass" node's attributes, for the encoder and the fast walk alike."""
     attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
     attrs.update((k, v) for k, v in getattr(obj, "__dict__", {}).items() if k not in attrs)
+    return attrs
+
+
+#: attributes of a DataLoader that are not its state: the iterator of the epoch under way (with
+#: persistent workers it is kept between epochs, holding worker processes and a generator
+#: object), which ``iter(loader)`` resets from the sampler at each epoch
+_LOADER_TRANSIENT = frozenset({"_iterator"})
+
+
+def _object_attrs(obj: Any) -> dict:
+    """An "object" node's attributes, for the encoder and the fast walk alike: its ``__dict__``,
+    but a DataLoader's live iterator, which cannot be stored and which restoring must not
+    replace."""
+    attrs = dict(vars(obj))
+    if isinstance(obj, torch.utils.data.DataLoader):
+        for k in _LOADER_TRANSIENT:
+            attrs.pop(k, None)
     return attrs
 
 
