@@ -57,6 +57,13 @@ def test_a_recording_killed_before_its_first_run_json_is_a_leftover_not_a_proble
     assert not (folder / "run.json").exists()
     assert [p.name.startswith(".tmp-") for p in folder.iterdir()] == [True]
 
+    # `flor ls` lists the experiment, so the commands that name it must not call it unknown
+    assert "\nk " in runner.flor("ls").stdout
+    for cmd in (("ls", "k"), ("show", "k"), ("logs", "k")):
+        out = runner.flor(*cmd, check=False)
+        assert out.returncode == 2 and out.stderr.startswith("flor: error: experiment 'k' under ") \
+            and "has no run to read: no run folder holds a run.json" in out.stderr, (cmd, out.stderr)
+
     # nothing recorded was lost, so nothing is wrong: verify exits 0 and offers the repair
     out = runner.flor("verify", "k")
     assert "problem:" not in out.stdout and "no problems" in out.stdout, out.stdout
