@@ -58,7 +58,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     store = ExperimentStore(home, validate_name(args.name))
     runs = store.runs()
     if not runs:
-        raise FlorError(f"no experiment {args.name!r} under {home}; `flor ls` lists them")
+        raise FlorError(store.no_runs())
     print(f"{'run':<30} {'status':<22} {'started (UTC)':<19} {'epochs':>6} {'ckpts':>5} {'ckpt size':>10}")
     for run in runs:
         try:

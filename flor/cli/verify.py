@@ -34,11 +34,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.repair:
         for line in repair(store, report, dry_run=args.dry_run):
             print(f"flor: {line}")
-        if not report.tmp_files and not report.orphans:
+        if not report.tmp_files and not report.orphans and not report.dead_starts:
             print("flor: nothing to repair")
-    elif report.tmp_files or report.orphans:
-        print(f"flor: {len(report.tmp_files)} leftover temp file(s) and {len(report.orphans)} unreferenced blob(s): "
-              f"`flor verify {args.name} --repair` removes them (--dry-run first to see the list)")
+    elif report.tmp_files or report.orphans or report.dead_starts:
+        starts = (f", {len(report.dead_starts)} run folder(s) of recordings killed before they wrote run.json"
+                  if report.dead_starts else "")
+        print(f"flor: {len(report.tmp_files)} leftover temp file(s){starts} and {len(report.orphans)} unreferenced "
+              f"blob(s): `flor verify {args.name} --repair` removes them (--dry-run first to see the list)")
     if report.tmp_in_progress:
         print(f"flor: {report.tmp_in_progress} temp file(s) of writers still running were left alone")
     return 0 if report.ok else 1

@@ -56,6 +56,7 @@ class RecordSession(Checkpointing, Session):
         )
         # reentrant: a signal handler may run while it is held; the writer thread notes failures in meta
         self._meta_lock = threading.RLock()
+        self.meta_written: tuple[str, int] | None = None  # (status, epochs_done) of the last run.json written
         self.write_meta()
         hparams.subscribe(self._hyperparameters)
         try:
@@ -119,7 +120,9 @@ class RecordSession(Checkpointing, Session):
         try:
             with self._meta_lock:
                 body = dumps(self.meta.to_json())
+                seen = (self.meta.status, self.meta.epochs_done)
             self.store.backend.write(self.store.run_key(self.run, "run.json"), body, durable=durable)
+            self.meta_written = seen  # what readers will see
             return True
         except Exception as exc:  # noqa: BLE001 - training never stops because run.json cannot be written
             self.write_failed("run.json", exc)
@@ -319,7 +322,10 @@ class RecordSession(Checkpointing, Session):
                 print(f"flor: abandoned {len(left)} checkpoint(s) still being written "
                       f"{self.settings.flush_timeout:g} s after the run ended (FLOR_FLUSH_TIMEOUT); "
                       "a replay re-executes those epochs (run.json: checkpoint_skipped)", file=sys.stderr)
-            self.events.close()
+            try:
+                self.events.close()
+            except OSError as exc:  # events a full disk refused are still buffered and fail again here
+                self.warn_once(("tensorboard",), f"writing TensorBoard events failed ({exc}); the logs are intact")
         except Exception:  # noqa: BLE001 - report, then still write the final status
             traceback.print_exc()
         self.meta.metrics = self.tracker.summary()
@@ -349,10 +355,18 @@ class RecordSession(Checkpointing, Session):
             print(f"flor: {failed} checkpoint(s) failed" + (f" and writes failed ({counts})" if counts else "")
                   + "; training was not affected, a replay re-executes the epochs without a checkpoint"
                   + " (run.json: checkpoint_failures, write_failures)", file=sys.stderr)
+        written = False
         try:
             self.untee_output()
         finally:
-            self.write_meta(durable=True)  # last, so it counts a failure to save the output log too
+            written = self.write_meta(durable=True)  # last, so it counts a failure to save the output log too
+        if not written:  # what a replay and `flor ls` will read is the last run.json that was written
+            last = self.meta_written
+            print("flor: the final run.json could not be written, so the run's end, checkpoint_failures and "
+                  "write_failures are not recorded: " + (
+                      f"the last one written says {last[0]!r} with {last[1]} epoch(s) done, and a replay covers "
+                      "only those" if last else "none was ever written, so `flor ls` and replay cannot see this run")
+                  + f" ({self.run_dir})", file=sys.stderr)
         if line:  # after the tee: the run's stdout.log holds what the script printed, not this
             print(line, file=sys.stderr)
         if self.spool is not None:  # after the tee: stdout.log is complete and goes up too

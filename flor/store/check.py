@@ -53,6 +53,7 @@ class StoreReport:
     problems: list[str] = field(default_factory=list)
     tmp_files: list[Path] = field(default_factory=list)  # leftovers of writers that died
     tmp_in_progress: int = 0  # temp files of live writers: left alone
+    dead_starts: list[Path] = field(default_factory=list)  # run folders of recordings killed before their run.json
     orphans: list[str] = field(default_factory=list)  # blob hashes no manifest names
     keep_orphans: str | None = None  # why orphans must not be removed now, if they must not
 
@@ -115,6 +116,37 @@ def _running_here(meta: Any) -> bool:
     return isinstance(meta.pid, int) and pid_alive(meta.pid)
 
 
+#: an empty run folder younger than this may be a recording between its mkdir and its first write
+STARTING_S = 60.0
+
+
+def _unstarted(entry: Path) -> str | None:
+    """For a run folder without run.json: ``"dead"`` when it holds nothing but temp files of
+    writers that died (or nothing at all, for a while): a recording killed before its first
+    run.json was renamed into place, which ``flor ls`` and replay never list; ``"starting"``
+    when a live writer's temp file is there or it is empty and new; None when it holds
+    anything else (recorded data whose run.json is gone: a problem)."""
+    now, live, files = time.time(), False, 0
+    for dirpath, _, names in os.walk(entry):
+        for name in names:
+            files += 1
+            if not name.startswith(TMP_PREFIX):
+                return None
+            try:
+                age = now - (Path(dirpath) / name).lstat().st_mtime
+            except OSError:
+                continue
+            live = live or not is_stale_tmp(name, age, pid_alive)
+    if live:
+        return "starting"
+    if files:
+        return "dead"
+    try:
+        return "dead" if now - entry.lstat().st_mtime > STARTING_S else "starting"
+    except OSError:
+        return "starting"
+
+
 def _links_out(store: ExperimentStore, report: StoreReport) -> None:
     """Every symbolic link in the store that leads out of it (never followed)."""
     for dirpath, dirs, files in os.walk(store.root):
@@ -151,8 +183,15 @@ def _check_runs(store: ExperimentStore, selected: list[str] | None, report: Stor
         if not entry.is_dir():
             report.problem(entry, "not a folder; flor ignores it")
             continue
-        report.runs += 1
         meta = None
+        if not os.path.lexists(entry / "run.json"):
+            start = _unstarted(entry)
+            if start == "dead":
+                report.dead_starts.append(entry)
+                continue
+            if start == "starting":
+                continue  # a recording writing its first run.json now
+        report.runs += 1
         if not (entry / "run.json").is_file():
             report.problem(entry / "run.json", "missing: the run cannot be listed or replayed")
         else:
@@ -304,6 +343,18 @@ def repair(store: ExperimentStore, report: StoreReport, *, dry_run: bool = False
                 done.append(f"could not remove {path}: {exc}")
                 continue
         done.append(f"{verb} temp file {path.relative_to(store.root).as_posix()}")
+    for folder in report.dead_starts:  # its temp files went above: only empty folders are removed
+        if not contained(folder, store.root, parent_only=True) or folder.is_symlink():
+            continue
+        if not dry_run:
+            try:
+                for dirpath, _, _ in os.walk(folder, topdown=False):
+                    os.rmdir(dirpath)
+            except OSError as exc:
+                done.append(f"could not remove {folder}: {exc}")
+                continue
+        done.append(f"{verb} run folder {folder.relative_to(store.root).as_posix()} "
+                    "(a recording killed before it wrote run.json)")
     if report.orphans and report.keep_orphans:
         done.append(f"kept {len(report.orphans)} unreferenced blob(s): {report.keep_orphans}")
         return done

@@ -115,6 +115,15 @@ class ExperimentStore:
     def exists(self) -> bool:
         return (self.root / "runs").is_dir() and contained(self.root / "runs", self.root)
 
+    def no_runs(self) -> str:
+        """Why ``runs()`` is empty, for the error a command gives: no such experiment, or one
+        whose run folders hold no run.json (a recording killed before it wrote one)."""
+        if self.exists():
+            return (f"experiment {self.name!r} under {self.root.parent} has no run to read: no run folder holds a "
+                    f"run.json (a recording killed, or stopped by a full disk, before it wrote one); "
+                    f"`flor verify {self.name}` checks them")
+        return f"no experiment {self.name!r} under {self.root.parent}; `flor ls` lists them"
+
     def runs(self) -> list[str]:
         """Run ids, oldest first (they sort by start time).
 
@@ -325,5 +334,5 @@ def open_experiment(name: str | None, home: Path | None = None) -> ExperimentSto
         raise ConfigError("no experiment named: pass name=NAME (the NAME given to --flor)")
     store = ExperimentStore(home or SETTINGS.home, validate_name(name))
     if not store.runs():
-        raise ReplayError(f"no experiment {name!r} under {store.root.parent}; `flor ls` lists them")
+        raise ReplayError(store.no_runs())
     return store

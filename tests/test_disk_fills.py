@@ -1,0 +1,63 @@
+"""A store whose disk fills up in the middle of a recording: the end of the run must stay clean.
+
+Unlike ``test_never_hurt``'s small disk, where the checkpoints never fit, here a real tmpfs is
+left with a few pages free, so the first writes succeed and the disk fills while the run goes
+on: buffered TensorBoard events and the final run.json are what fail. Needs root (mount).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to mount a tmpfs")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def fill(mnt: Path, free_kb: int) -> None:
+    """Leave ``free_kb`` KB free on ``mnt`` (everything else in one file, removed first)."""
+    for p in mnt.iterdir():
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    st = os.statvfs(mnt)
+    (mnt / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - free_kb * 1024))
+
+
+def test_a_disk_that_fills_mid_run_ends_without_a_traceback_and_says_what_run_json_lacks(
+        runner: Runner, tiny_disk: Path) -> None:
+    script = runner.script()
+    plain = runner.run(script, "--epochs", "6")
+    seen: set[str] = set()
+    for free_kb in (20, 24, 28):  # where the disk fills depends on timing: a few sizes cover the two paths
+        fill(tiny_disk, free_kb)
+        env = runner.env(FLOR_HOME=str(tiny_disk / "home"))
+        proc = runner.run(script, "--epochs", "6", "--flor", "k", env=env)  # exit 0: training is not affected
+        assert proc.stdout == plain.stdout
+        assert "Traceback" not in proc.stderr, proc.stderr
+        if "writing TensorBoard events failed" in proc.stderr:
+            seen.add("tensorboard")
+        [run] = list((tiny_disk / "home" / "k" / "runs").iterdir())
+        meta = json.loads((run / "run.json").read_text())
+        if meta["status"] == "running":  # the final write failed: the user is told what readers will see
+            seen.add("run.json")
+            assert (f"the final run.json could not be written, so the run's end, checkpoint_failures and "
+                    f"write_failures are not recorded: the last one written says 'running' with "
+                    f"{meta['epochs_done']} epoch(s) done") in proc.stderr, proc.stderr
+        else:
+            assert "final run.json could not be written" not in proc.stderr
+    assert seen == {"tensorboard", "run.json"}, seen
