@@ -38,12 +38,13 @@ def fill(mnt: Path, free_kb: int) -> None:
     (mnt / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - free_kb * 1024))
 
 
-def test_a_disk_that_fills_mid_run_ends_without_a_traceback_and_says_what_run_json_lacks(
+def test_a_disk_that_fills_mid_run_ends_without_a_traceback_and_keeps_the_final_run_json(
         runner: Runner, tiny_disk: Path) -> None:
     script = runner.script()
     plain = runner.run(script, "--epochs", "6")
     seen: set[str] = set()
-    for free_kb in (20, 24, 28):  # where the disk fills depends on timing: a few sizes cover the two paths
+    # 8 KB: too little to set disk aside for the final run.json; from 20 KB it is set aside at the start
+    for free_kb in (8, 20, 40, 64):
         fill(tiny_disk, free_kb)
         env = runner.env(FLOR_HOME=str(tiny_disk / "home"))
         proc = runner.run(script, "--epochs", "6", "--flor", "k", env=env)  # exit 0: training is not affected
@@ -53,11 +54,18 @@ def test_a_disk_that_fills_mid_run_ends_without_a_traceback_and_says_what_run_js
             seen.add("tensorboard")
         [run] = list((tiny_disk / "home" / "k" / "runs").iterdir())
         meta = json.loads((run / "run.json").read_text())
-        if meta["status"] == "running":  # the final write failed: the user is told what readers will see
+        if free_kb == 8:  # the final write failed: the user is told what readers will see
             seen.add("run.json")
+            assert meta["status"] == "running", meta
             assert (f"the final run.json could not be written, so the run's end, checkpoint_failures and "
                     f"write_failures are not recorded: the last one written says 'running' with "
                     f"{meta['epochs_done']} epoch(s) done") in proc.stderr, proc.stderr
-        else:
-            assert "final run.json could not be written" not in proc.stderr
+            continue
+        # the space set aside is given back for the final run.json: the run's end and every epoch are recorded
+        assert meta["status"] == "finished" and meta["epochs_done"] == 6, meta
+        assert "final run.json could not be written" not in proc.stderr
+        assert [p.name for p in run.iterdir() if p.name.startswith(".tmp-")] == []  # nothing left set aside
+        (tiny_disk / "filler").unlink()  # space again: a replay covers all six epochs (what the full disk
+        rep = runner.run(script, "--epochs", "6", "--flor", "k", "--replay_flor", env=env)  # lost, it re-executes)
+        assert "epochs 0-5 (initialization epochs none)" in rep.stderr, rep.stderr
     assert seen == {"tensorboard", "run.json"}, seen

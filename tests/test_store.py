@@ -65,3 +65,17 @@ def test_run_resolution_errors(tmp_path):
         store.resolve_run("2026")
     with pytest.raises(Exception, match="unknown"):
         store.resolve_run("1999")
+
+
+def test_disk_is_set_aside_in_a_temp_file_or_not_at_all(tmp_path):
+    from flor.store.local import LocalBackend, TMP_PREFIX
+
+    backend = LocalBackend(tmp_path)
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    reserved = backend.reserve("runs/r/run.json", (1 << 62, 1 << 16))  # more than any disk: the next size
+    assert reserved.parent == tmp_path / "runs" / "r" and reserved.name.startswith(TMP_PREFIX)
+    assert reserved.stat().st_size == 1 << 16 and reserved.stat().st_blocks * 512 >= 1 << 16  # allocated
+    reserved.unlink()
+    assert backend.reserve("runs/r/run.json", (1 << 62,)) is None
+    assert list((tmp_path / "runs" / "r").iterdir()) == []  # nothing left behind
+    assert backend.reserve("../outside/run.json", (1 << 10,)) is None  # a key that leaves the store

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Iterator
 
 from .. import hparams
@@ -34,6 +35,10 @@ from ..store.experiment import dumps
 
 __all__ = ["RecordSession"]
 
+#: disk set aside for the final run.json, the first size that fits: on a disk that fills during
+#: the run, its end, its epochs and its failures are still recorded (a replay reads them)
+RUN_JSON_RESERVE = (1 << 20, 1 << 18, 1 << 16, 1 << 14)
+
 
 class RecordSession(Checkpointing, Session):
     mode = "record"
@@ -57,7 +62,9 @@ class RecordSession(Checkpointing, Session):
         # reentrant: a signal handler may run while it is held; the writer thread notes failures in meta
         self._meta_lock = threading.RLock()
         self.meta_written: tuple[str, int] | None = None  # (status, epochs_done) of the last run.json written
-        self.write_meta()
+        self.reserved: Path | None = None
+        if self.write_meta():  # disk set aside for the final run.json, should the disk fill meanwhile
+            self.reserved = self.store.backend.reserve(self.store.run_key(self.run, "run.json"), RUN_JSON_RESERVE)
         hparams.subscribe(self._hyperparameters)
         try:
             copy_source(script["script"], self.layout.source)
@@ -125,8 +132,21 @@ class RecordSession(Checkpointing, Session):
             self.meta_written = seen  # what readers will see
             return True
         except Exception as exc:  # noqa: BLE001 - training never stops because run.json cannot be written
+            if durable and self.release_reserved():  # the disk filled: the space set aside is for this write
+                return self.write_meta(durable=True)
             self.write_failed("run.json", exc)
             return False
+
+    def release_reserved(self) -> bool:
+        """Give back the disk set aside for the final run.json; True if there was some."""
+        reserved, self.reserved = self.reserved, None
+        if reserved is None:
+            return False
+        try:
+            reserved.unlink()
+        except OSError:
+            return False
+        return True
 
     def _gpus(self) -> None:
         """The GPUs into run.json's versions, on the writer (``flor.runinfo.gpus``)."""
@@ -360,6 +380,7 @@ class RecordSession(Checkpointing, Session):
             self.untee_output()
         finally:
             written = self.write_meta(durable=True)  # last, so it counts a failure to save the output log too
+            self.release_reserved()
         if not written:  # what a replay and `flor ls` will read is the last run.json that was written
             last = self.meta_written
             print("flor: the final run.json could not be written, so the run's end, checkpoint_failures and "

@@ -148,6 +148,33 @@ class LocalBackend:
                 except OSError:
                     pass
 
+    def reserve(self, key: str, sizes: Iterable[int]) -> Path | None:
+        """Set disk space aside in a temp file beside ``key`` (the first of ``sizes``, in bytes,
+        that fits), for a write that must succeed when the disk fills later: unlink it, then
+        write. None where none fits. Its name is a temp file's, so a writer that dies leaves
+        it for ``remove_stale_tmp`` and ``flor verify --repair``."""
+        try:
+            folder = os.path.dirname(self._destination(key))
+        except (OSError, StorageError):
+            return None
+        for size in sizes:
+            path = os.path.join(folder, tmp_name())
+            try:
+                fd = os.open(path, _CREATE, 0o600)
+            except OSError:
+                return None
+            try:
+                os.posix_fallocate(fd, 0, size)  # blocks allocated (glibc writes them where the filesystem cannot)
+                return Path(path)
+            except OSError:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            finally:
+                os.close(fd)
+        return None
+
     def write_batch(self, items: list[tuple[str, bytes | memoryview]]) -> None:
         """Write several keys behind ONE durability barrier (a checkpoint's blobs).
 
