@@ -155,3 +155,32 @@ def test_divergence_exits_3_unless_lenient(tmp_path):
     ok = r.run(r.script(edits={'step_into("training_loop")': 'step_into("training_loop", probed=True)'},
                         dest="ok_probed.py"), "--epochs", "4", "--flor", "ok", "--replay_flor", "1/2", "--flor_strict")
     assert ok.returncode == 0 and "verified exact" in ok.stderr
+
+
+def test_a_replay_of_a_live_recording_says_so_once_and_covers_its_finished_epochs(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    runner = Runner(tmp_path)
+    slow = {"    # OUTER": "    if __import__('os').environ.get('SLOW') and epoch >= 2:\n"
+                          "        __import__('time').sleep(300)"}
+    script = runner.script(edits=slow)
+    rec = subprocess.Popen([sys.executable, str(script), "--epochs", "6", "--flor", "live"], cwd=runner.cwd,
+                           env=runner.env(SLOW="1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until run.json says 2 epochs done (the third sleeps)
+            found = list((runner.home / "live" / "runs").glob("*/run.json"))
+            if found and json.loads(found[0].read_text()).get("epochs_done") == 2:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the recording never finished 2 epochs")
+        rep = runner.run(script, "--epochs", "6", "--flor", "live", "--replay_flor")
+        assert rep.stderr.count("the recording is still running") == 1, rep.stderr  # (it was said twice)
+        assert "replaying the 2 epochs it has finished" in rep.stderr and "epochs 0-1" in rep.stderr, rep.stderr
+        assert "replay verified exact" in rep.stderr, rep.stderr
+    finally:
+        rec.kill()
+        rec.wait()

@@ -104,7 +104,7 @@ class ReplaySession(Session):
         status = self.meta.status
         self.recording_alive = status == "running" and bool(self.meta.pid) and pid_alive(int(self.meta.pid or 0))
         if self.recording_alive:
-            self.note("the recording is still running; replaying the checkpoints it has so far")
+            pass  # noted with the epochs it has finished, by loop_plan
         elif status == "running":
             self.note("the recording did not finish (its process is gone: killed or crashed); "
                       "epochs without checkpoints are re-executed")
