@@ -9,9 +9,10 @@ from typing import Any
 
 from ..placement import OffCpu
 from ..policy import charge_for
+# here, not per checkpoint: an import statement costs ~10 us with cold caches
 from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, same_rng, snapshot,
                      snapshot_rng)
-from ..state.grads import module_grads  # here, not per checkpoint: an import statement costs ~10 us with cold caches
+from ..state.grads import module_grads
 from ..store.hashing import hash_bytes
 from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes
 from ..store.trust import signer

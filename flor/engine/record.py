@@ -246,8 +246,9 @@ class RecordSession(Checkpointing, Session):
     def step_into(self, name: str, probed: bool) -> bool:
         self.open_block(name)
         if name not in self.ends_checked:  # its first time: which of the script's own generators does it draw from?
-            self.generators_watched[name] = watch_generators(caller_frame())
-            self.containers_watched[name] = watch_containers(caller_frame())
+            frame = caller_frame()
+            self.generators_watched[name] = watch_generators(frame)
+            self.containers_watched[name] = watch_containers(frame)
         else:  # its second: does it draw on from where its first run left a generator, or a gradient?
             if name in self.generators_drawn:
                 warn_generators(name, self.generators_drawn.pop(name))
@@ -375,7 +376,6 @@ class RecordSession(Checkpointing, Session):
             print(f"flor: {failed} checkpoint(s) failed" + (f" and writes failed ({counts})" if counts else "")
                   + "; training was not affected, a replay re-executes the epochs without a checkpoint"
                   + " (run.json: checkpoint_failures, write_failures)", file=sys.stderr)
-        written = False
         try:
             self.untee_output()
         finally:

@@ -103,12 +103,10 @@ class ReplaySession(Session):
 
         status = self.meta.status
         self.recording_alive = status == "running" and bool(self.meta.pid) and pid_alive(int(self.meta.pid or 0))
-        if self.recording_alive:
-            pass  # noted with the epochs it has finished, by loop_plan
-        elif status == "running":
+        if status == "running" and not self.recording_alive:  # (a live one: noted with its epochs by loop_plan)
             self.note("the recording did not finish (its process is gone: killed or crashed); "
                       "epochs without checkpoints are re-executed")
-        elif status != "finished":
+        elif status not in ("running", "finished"):
             self.note(f"the recording ended as {status!r}; epochs without checkpoints are re-executed")
         recorded_threads = self.meta.threads  # range-checked: a damaged value never reaches torch
         if earlier is not None:
@@ -249,7 +247,7 @@ class ReplaySession(Session):
                         self.available.discard(key)
                         self.note(f"block {name!r} adds to the gradients its previous run left (run.json: "
                                   f"grads_carried) and its checkpoint at epoch {epoch} holds none (taken before flor "
-                                  "noticed): replay re-executes that epoch from the nearest earlier checkpoint")
+                                  "noticed, or its gradients could not be stored): replay re-executes that epoch from the nearest earlier checkpoint")
                         dropped = True
                         continue
                     self._sound.add(key)

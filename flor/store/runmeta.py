@@ -82,8 +82,8 @@ class RunMeta:
     spool: str | None = None
     world_size: int = 1
     rank_mismatches: list = field(default_factory=list)
-    #: blocks whose second run added to the gradients the first left (p.grad is not
-    #: checkpointed: a replay that re-executes a block after a restored one diverges)
+    #: blocks whose second run added to the gradients the first left: from then on their
+    #: checkpoints keep the modules' gradients (flor.state.grads)
     grads_carried: list = field(default_factory=list)
     background: dict[str, Any] | None = None
     error: str | None = None
