@@ -41,7 +41,7 @@ from typing import Any, Iterable, Mapping
 
 __all__ = ["CarriedGrad", "arity_message", "caller_frame", "describe", "describe_node", "drawn_generators",
            "forgotten", "forgotten_in_replay", "grad_probe", "grown_containers", "warn_containers", "warn_generators",
-           "watch_containers", "watch_generators"]
+           "warn_unnoted", "watch_containers", "watch_generators"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
@@ -367,6 +367,22 @@ def warn_containers(name: str, grown: list[tuple[str, str, int, int]]) -> None:
                  f"{after} items): flor checkpoints only what end() is given, so a replay that restores {name!r} "
                  f"leaves `{var}` as it was and values read from it after the block differ from the recording's; "
                  f"pass it to SkipBlock.end(..., {var})")
+    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
+        return
+
+
+def warn_unnoted(name: str, epoch: int | None, lost: list[str]) -> None:
+    """Warn about variables block ``name`` changes outside ``end()`` that were noted at its earlier
+    ends (``flor.engine.outer.BlockVars``) and no longer can be. Never raises: it only advises."""
+    from ..errors import warn
+    from .outer import BLOCK_MAX_ITEMS
+
+    try:
+        where = "" if epoch is None else f" at epoch {epoch}"
+        for var in lost:
+            warn(f"`{var}`, which SkipBlock {name!r} changes outside end(), is no longer plain data of at most "
+                 f"{BLOCK_MAX_ITEMS} items{where}: a replay that restores {name!r} from here on leaves it as it was, "
+                 f"so values read from it after the block differ; pass it to SkipBlock.end(..., {var})")
     except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
         return
 

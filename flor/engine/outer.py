@@ -41,7 +41,8 @@ from typing import Any, Iterable
 
 from .._files import StoreFileError, open_append, read_text
 
-__all__ = ["LoopFrame", "NotPlain", "OuterStateWriter", "decode", "encode", "left_normally", "loop_targets", "read_outer_state"]
+__all__ = ["BlockVars", "LoopFrame", "NotPlain", "OuterStateWriter", "decode", "encode", "left_normally", "loop_targets",
+           "read_block_state", "read_outer_state"]
 
 #: the most scalars one variable may hold (all its containers together), and string length
 MAX_ITEMS = 256
@@ -62,16 +63,16 @@ class NotPlain(Exception):
     """The value is not plain data flor can note (or is too big)."""
 
 
-def encode(value: Any) -> Any:
+def encode(value: Any, limit: int = MAX_ITEMS) -> Any:
     """A JSON form of a plain-data ``value`` that ``decode`` turns back into an equal value
-    of the same type; raises ``NotPlain`` for anything else or anything too big.
+    of the same type; raises ``NotPlain`` for anything else or anything over ``limit`` items.
 
     >>> encode(3), encode((1, "a")), encode({"k": [0.5, None]})
     (3, {'t': [1, 'a']}, {'d': [['k', {'l': [0.5, None]}]]})
     >>> decode(encode((1, {"k": [0.5, True]}))) == (1, {"k": [0.5, True]})
     True
     """
-    budget = [MAX_ITEMS]
+    budget = [limit]
     return _encode(value, budget, 0)
 
 
@@ -188,8 +189,10 @@ def _skipped(name: str) -> bool:
 class LoopFrame:
     """The frame that iterates ``flor.it``: read at epoch boundaries, written back in a replay."""
 
-    def __init__(self, frame: FrameType) -> None:
+    def __init__(self, frame: FrameType, limit: int = MAX_ITEMS) -> None:
         self.frame: FrameType | None = frame
+        self.limit = limit  # the most scalars one variable may hold
+        self.track = True  # name what is not plain data (``_not_plain``); a block's frame does not
         self.function = bool(frame.f_code.co_flags & CO_OPTIMIZED)
         self.where = f"{frame.f_code.co_name}()" if self.function else "the module"
         self.targets: set[str] = set()
@@ -208,12 +211,13 @@ class LoopFrame:
             return {}
         return frame.f_locals if self.function else frame.f_globals
 
-    def start(self) -> None:
+    def start(self, *, loop: bool = True) -> None:
         """At the loop's first step: the loop variable, and the non-plain variables bound
-        before the loop (they are state the loop may change)."""
+        before the loop (they are state the loop may change). ``loop=False``: at a block's
+        entry, which binds no loop variable."""
         if self.frame is None:
             return
-        self.targets = loop_targets(self.frame)
+        self.targets = loop_targets(self.frame) if loop else set()
         for name, value in list(self.variables().items()):
             if _skipped(name) or name in self.targets:
                 self.ignored.add(name)
@@ -249,11 +253,12 @@ class LoopFrame:
                 continue
             if static.get(name) == id(value):
                 continue
+            if kind in self.opaque:  # before the name: most variables are models, tensors, loaders
+                if not _skipped(name):
+                    self._not_plain(name, value, passed)
+                continue
             if _skipped(name):  # bound inside the loop
                 ignored.add(name)
-                continue
-            if kind in self.opaque:
-                self._not_plain(name, value, passed)
                 continue
             if kind not in _CONTAINERS and not _scalar_like(value):
                 if not _maybe_scalar(kind):
@@ -261,7 +266,7 @@ class LoopFrame:
                 self._not_plain(name, value, passed)
                 continue
             try:
-                out[name] = encode(value)
+                out[name] = encode(value, self.limit)
             except NotPlain:
                 self._not_plain(name, value, passed)
             except Exception:  # noqa: BLE001 - an odd value (a tensor whose item() fails) is just not noted
@@ -275,7 +280,7 @@ class LoopFrame:
         """``name`` holds what cannot be noted: named when it was there before the loop and the
         loop rebound or resized it, or it held plain data then (``best_state = None``, later
         a copy of the weights), and it is not given to ``end()``."""
-        if id(value) in passed:
+        if not self.track or id(value) in passed:
             return
         was = self.before.get(name)
         if (was is not None and _fingerprint(value) != was) or name in self.initial:
@@ -361,14 +366,115 @@ def _fingerprint(value: Any) -> tuple[int, int | None]:
     return id(value), len(value) if isinstance(value, (list, dict, tuple, set, frozenset, bytearray)) else None
 
 
+# -- a block's own variables ---------------------------------------------------------------
+
+#: the most scalars one variable a block changes may hold (a history of batch losses)
+BLOCK_MAX_ITEMS = 4096
+
+
+class BlockVars:
+    """The plain-data variables a SkipBlock changes outside the objects given to ``end()``.
+
+    A batch loop counts steps (``step += 1``), sums a loss (``total += loss.item()``), appends
+    to a history or updates a dict of running metrics, and the code after the block reads them.
+    A replay that restores the block does not run its body, so without help those variables
+    keep the values they had before it. The recording therefore notes, at each ``end()``, the
+    plain-data variables of the block's frame whose value the block changed (or bound anew),
+    one JSON line per block run in ``logs/block-state.jsonl``; a replay that restores the block
+    sets them as noted (``read_block_state``), so the code after it sees what a full run sees.
+
+    Only what the block changed is noted: a variable the edited script sets before the block
+    (a setting changed for the hindsight run) is left as the replay's code sets it. Values are
+    encoded as for the outer-loop state, at most ``BLOCK_MAX_ITEMS`` scalars a variable; a
+    container the block grows past that, or that holds tensors, is still named by the
+    recording's warning (``grown_containers``). Never raises into training.
+    """
+
+    def __init__(self) -> None:
+        self.frames: dict[str, LoopFrame] = {}
+        self.noted: dict[str, set[str]] = {}  # block -> the variables noted at one of its ends so far
+        self.warned: set[tuple[str, str]] = set()
+
+    def enter(self, name: str, frame: FrameType | None) -> None:
+        """At the block's entry: its frame's plain-data variables, to compare at ``leave``."""
+        if frame is None:
+            return
+        try:
+            lf = self.frames.get(name)
+            if lf is None:  # its imports, functions and classes are found once and skipped after
+                lf = self.frames[name] = LoopFrame(frame, limit=BLOCK_MAX_ITEMS)
+                lf.track = False
+                lf.start(loop=False)
+            else:
+                lf.frame = frame  # a block in a function: a new frame each call
+                lf.initial = {var: _same_key(v) for var, v in lf._plain().items()}
+        except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
+            self.frames.pop(name, None)
+
+    def leave(self, name: str, objs: tuple = ()) -> tuple[dict[str, Any], list[str]]:
+        """``{variable: encoded}`` of those the block changed since ``enter``, but for a container
+        given to ``end()`` (its checkpoint holds it); and, once each, the variables noted at an
+        earlier end that no longer are (a history grown past ``BLOCK_MAX_ITEMS``, a value that
+        became a tensor). Lets go of the frame."""
+        lf = self.frames.get(name)
+        if lf is None or lf.frame is None:
+            return {}, []
+        try:
+            initial, now = lf.initial, lf.variables()
+            given = {id(o) for o in objs if type(o) in _CONTAINERS}
+            plain = lf._plain(given)
+            changed = {var: value for var, value in plain.items()
+                       if (var not in initial or _same_key(value) != initial[var]) and id(now.get(var)) not in given}
+            noted = self.noted.setdefault(name, set())
+            lost = sorted(var for var in noted - plain.keys()
+                          if var in now and id(now[var]) not in given and (name, var) not in self.warned)
+            self.warned.update((name, var) for var in lost)
+            noted.update(changed)
+            return changed, lost
+        except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
+            return {}, []
+        finally:
+            lf.frame = None
+
+
+def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, Any]]:
+    """``{(epoch, block, occurrence): {variable: encoded}}`` noted by ``BlockVars``; empty when
+    there is none. Untrusted input: a line of another shape is ignored, and only names that are
+    identifiers (not dunders) are kept, so what a restore writes is plain data under a plain name."""
+    try:
+        lines = read_text(path).splitlines()  # a regular file of at most MAX_METADATA, no link followed
+    except StoreFileError as exc:
+        from ..errors import warn
+
+        warn(f"ignoring {exc.strerror}")
+        return {}
+    except OSError:
+        return {}
+    found: dict[tuple[int | None, str, int], dict[str, Any]] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        epoch, block, occ, got = rec.get("epoch"), rec.get("block"), rec.get("occ"), rec.get("vars")
+        if (epoch is not None and type(epoch) is not int) or type(block) is not str or type(occ) is not int \
+                or not isinstance(got, dict):
+            continue
+        found[(epoch, block, occ)] = {k: v for k, v in got.items()
+                                      if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
+    return found  # the last line of a key wins (a resumed recording appends again)
+
+
 # -- the file ------------------------------------------------------------------------------
 
 
 class OuterStateWriter:
     """Appends one line per epoch; never raises into training."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, what: str = "the outer-loop state") -> None:
+        self.path, self.what = path, what
         self._file: Any = None
         self.failed: str | None = None
 
@@ -385,8 +491,8 @@ class OuterStateWriter:
             self.failed = str(exc)
             from ..errors import warn
 
-            warn(f"writing the outer-loop state to {self.path} failed ({exc}); a replay worker that starts "
-                 "mid-run will name the variables it cannot restore")
+            warn(f"writing {self.what} to {self.path} failed ({exc}); a replay will name the variables "
+                 "it cannot restore")
 
     def close(self) -> None:
         if self._file is not None:

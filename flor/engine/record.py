@@ -19,10 +19,10 @@ from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
 from .exits import watch_exits
-from .outer import LoopFrame, OuterStateWriter, left_normally
+from .outer import BlockVars, LoopFrame, OuterStateWriter, left_normally
 from .objects import (
     CarriedGrad, caller_frame, drawn_generators, grad_probe, grown_containers, warn_containers, warn_forgotten,
-    warn_generators, watch_containers, watch_generators,
+    warn_generators, warn_unnoted, watch_containers, watch_generators,
 )
 from .checkpointing import Checkpointing
 from .session import Session, as_result, copy_source, new_run_id
@@ -111,6 +111,8 @@ class RecordSession(Checkpointing, Session):
         self.generators_drawn: dict[str, list] = {}  # block -> those its first run drew from, not given to end()
         self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
         self.carried_grad: CarriedGrad | None = None
+        self.block_vars, self.block_vars_s = BlockVars(), 0.0  # the plain variables each block changes, noted at its end()
+        self.block_state = OuterStateWriter(self.layout.block_state, "the variables a block changes")
         self.passed_ids: set[int] = set()
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
@@ -245,8 +247,11 @@ class RecordSession(Checkpointing, Session):
 
     def step_into(self, name: str, probed: bool) -> bool:
         self.open_block(name)
+        frame = caller_frame()
+        t0 = time.perf_counter()
+        self.block_vars.enter(name, frame)  # what the block changes outside end(): noted at its end
+        self.block_vars_s += time.perf_counter() - t0
         if name not in self.ends_checked:  # its first time: which of the script's own generators does it draw from?
-            frame = caller_frame()
             self.generators_watched[name] = watch_generators(frame)
             self.containers_watched[name] = watch_containers(frame)
         else:  # its second: does it draw on from where its first run left a generator, or a gradient?
@@ -276,11 +281,20 @@ class RecordSession(Checkpointing, Session):
     def end(self, objs: tuple) -> Any:
         name, epoch, occ = self.close_block()
         elapsed = time.perf_counter() - self.block_started
+        t0 = time.perf_counter()
+        changed, lost = self.block_vars.leave(name, objs)
+        if changed:  # a replay that restores the block sets them as they are now
+            self.block_state.write(epoch, {"block": name, "occ": occ, "vars": changed})
+        if lost:
+            warn_unnoted(name, epoch, lost)
+        self.block_vars_s += time.perf_counter() - t0
+        self.meta.timings["block_vars_s"] = round(self.block_vars_s, 6)
         if name not in self.ends_checked:  # once a block: an optimizer's scheduler or scaler left out?
             self.ends_checked.add(name)
             warn_forgotten(name, objs)
             self.generators_drawn[name] = drawn_generators(self.generators_watched.pop(name, []), objs)
-            warn_containers(name, grown_containers(self.containers_watched.pop(name, []), objs))
+            grown = grown_containers(self.containers_watched.pop(name, []), objs)
+            warn_containers(name, [g for g in grown if g[0] not in changed])  # those noted are restored
             self.grad_probes[name] = grad_probe(objs)
         if self.carried_grad is not None:  # its second run: did it add to the gradients the first left?
             if self.carried_grad.close() and name not in self.meta.grads_carried:
@@ -333,6 +347,7 @@ class RecordSession(Checkpointing, Session):
             self.meta.loop_ended = "break"
             self.end_epoch(self.epoch)
         self.mark("end")
+        self.block_state.close()
         left: list = []
         try:
             self.logs.flush()

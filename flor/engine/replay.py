@@ -21,8 +21,8 @@ from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
 from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
-from .objects import arity_message, forgotten_in_replay
-from .outer import LoopFrame, decode, left_normally, read_outer_state
+from .objects import arity_message, caller_frame, forgotten_in_replay
+from .outer import LoopFrame, decode, left_normally, read_block_state, read_outer_state
 from .session import Session, as_result
 from ..placement import new_replay_id, pid_alive
 from ..settings import Settings
@@ -84,6 +84,8 @@ class ReplaySession(Session):
         self._sound: set[tuple] = set()  # manifests read and found intact (``_drop_damaged``)
         self.notes: list[str] = []
         self.forgotten_checked: set[str] = set()  # blocks whose end() was looked at for a scheduler left out
+        self._block_vars: dict | None = None  # logs/block-state.jsonl, read at the first restore
+        self._block_vars_noted: set[str] = set()  # blocks whose restored variables a note named
         if picked:
             self.note(picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
@@ -501,6 +503,32 @@ class ReplaySession(Session):
         self.anchored = self.from_restore = self.rng_exact = True
         return tuple(restored)
 
+    def _restore_block_vars(self, name: str, epoch: int | None, occ: int) -> None:
+        """Set the plain-data variables the recorded block run changed outside ``end()`` (a step
+        counter, a loss sum, a history) as they were at its end (``flor.engine.outer.BlockVars``)."""
+        if self._block_vars is None:
+            self._block_vars = read_block_state(self.layout.block_state)
+        noted = self._block_vars.get((epoch, name, occ))
+        if not noted:
+            return
+        values, missing = {}, []
+        for var, node in noted.items():
+            try:
+                values[var] = decode(node)
+            except (ValueError, TypeError, AttributeError):
+                missing.append(var)
+        frame = caller_frame()
+        missing += LoopFrame(frame).restore(values) if frame is not None else sorted(values)
+        if name not in self._block_vars_noted:
+            self._block_vars_noted.add(name)
+            done = sorted(set(values) - set(missing))
+            if done:
+                self.note(f"variables block {name!r} changes outside end() are set as recorded where it is "
+                          f"restored: {listed(done, 12)}")
+            if missing:
+                self.note(f"variables block {name!r} changes outside end() that could not be set where it is "
+                          f"restored: {listed(sorted(missing), 12)}; pass them to SkipBlock.end")
+
     def left_open(self, key: tuple[str, int | None, int]) -> None:
         """An exception (or ``continue``) skipped the block's ``end``, as it did in the recording,
         which has no checkpoint of it then: the block was executed and is left as it is."""
@@ -524,6 +552,7 @@ class ReplaySession(Session):
                 for text in forgotten_in_replay(name, objs):
                     self.note(text)
             objs = self._restore(manifest, cache, objs)
+            self._restore_block_vars(name, epoch, occ)
         elif manifest is None:
             event.action = "executed (no checkpoint)"
             self.rng_exact = False

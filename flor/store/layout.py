@@ -8,6 +8,7 @@
       checkpoints/<block>/<key>.json    manifests (``checkpoint_key``)
       logs/record.jsonl, logs/record-rank<R>.jsonl
       logs/outer-state.jsonl            the outer loop's plain-data variables after each epoch
+      logs/block-state.jsonl            the plain-data variables each block run changed, at its end
       logs/replay-<replay>-<worker>.jsonl, .summary.json
       logs/launch-<replay>.json         a ``flor replay`` launch
       stdout.log, stdout-rank<R>.log, replay-<replay>-<worker>.log (+ .marks.jsonl beside each)
@@ -90,6 +91,12 @@ class RunLayout:
     def outer_state(self) -> Path:
         """The outer loop's plain-data variables at the end of each epoch (``flor.engine.outer``)."""
         return self.logs / "outer-state.jsonl"
+
+    @property
+    def block_state(self) -> Path:
+        """The plain-data variables each block run changed outside ``end()``, at its end
+        (``flor.engine.outer.BlockVars``)."""
+        return self.logs / "block-state.jsonl"
 
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"record-rank{rank}.jsonl"

@@ -1,0 +1,121 @@
+"""Variables a block changes outside the objects given to ``end()`` are set as recorded where a
+replay restores the block (``flor.engine.outer.BlockVars``, ``scripts/block_vars.py``).
+
+A step counter, a loss sum, a history, a dict of running metrics, a best value and the last
+batch's loss, read after the block: a replay that restored it left them as they were before
+it, so hindsight values read from them were wrong (``step`` 0, 4, 8 where a full run has 4, 8,
+12), and silently so where the recording had not logged them. The same in a function's locals.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import Runner, values
+
+HINDSIGHT = {
+    "    # HINDSIGHT\n": '    flor.log("step", step)\n'
+                         '    flor.log("n_hist", len(hist))\n'
+                         '    flor.log("hist_last", hist[-1])\n'
+                         '    flor.log("mean", stats["sum"] / stats["n"])\n'
+                         '    flor.log("best", best)\n'
+                         '    flor.log("last_loss", loss.item())\n'
+                         '    flor.log("seen", seen)\n'
+                         '    flor.log("tag", tag)\n',
+    "    # HINDSIGHT-FN\n": '    flor.log("batches", batches)\n'
+                            '    flor.log("correct", correct)\n',
+    'step, hist, stats, best = 0, [], {"n": 0, "sum": 0.0}, float("inf")':
+        'step, hist, stats, best = 0, [], {"n": 0, "sum": 0.0}, float("inf")\ntag = "edited"',
+}
+NAMES = {"step", "n_hist", "hist_last", "mean", "best", "last_loss", "seen", "tag", "batches", "correct"}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One recording with a checkpoint every 2nd epoch, and the full run of the edited script."""
+    r = Runner(tmp_path_factory.mktemp("bv"))
+    env = r.env(FLOR_EVERY="2")
+    r.run(r.script("block_vars.py", {"step, hist, stats": 'tag = "base"\nstep, hist, stats'}),
+          "--flor", "b", env=env)
+    edited = r.script("block_vars.py", HINDSIGHT, dest="hindsight.py")
+    r.run(edited, "--flor", "full", env=env)
+    full = {k: v for k, v in values(r.logs("full"), "record").items() if k[0] in NAMES}
+    assert len(full) == 6 * len(NAMES)
+    assert [full[("step", e, None)] for e in range(3)] == [4, 8, 12]
+    return r, edited, full
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_hindsight_values_of_variables_a_restored_block_changed_equal_a_full_run(recorded, workers):
+    r, edited, full = recorded
+    got = {}
+    for pid in range(workers):
+        proc = r.run(edited, "--flor", "b", f"--replay_flor={pid}/{workers}")
+        assert "replay verified exact" in proc.stderr, proc.stderr
+        assert "restored" in proc.stderr
+        replay = proc.stderr.split("flor: replay ")[1].split()[0]
+        got.update({k: v for k, v in values([x for x in r.logs("b") if x["replay"] == replay]).items()
+                    if k[0] in NAMES})
+    assert got == full
+    assert {got[("tag", e, None)] for e in range(6)} == {"edited"}  # not changed by the block: the edit stands
+
+
+def test_the_replay_names_what_it_set(recorded):
+    r, edited, _ = recorded
+    proc = r.run(edited, "--flor", "b", "--replay_flor")
+    assert "variables block 'train' changes outside end() are set as recorded where it is restored: best, hist, " \
+           "i, loss, stats, step" in proc.stderr, proc.stderr
+    assert "variables block 'eval' changes outside end() are set as recorded where it is restored: batches, " \
+           "correct, i, seen" in proc.stderr, proc.stderr
+
+
+def test_a_hostile_block_state_file_sets_only_plain_values_under_plain_names(tmp_path):
+    """logs/block-state.jsonl is read from a store: it may name dunders or the script's modules
+    and functions, hold lines of another shape or values that are not encoded plain data."""
+    r = Runner(tmp_path)
+    r.run(r.script("block_vars.py"), "--flor", "b", "--epochs", "2")
+    state = next((r.home / "b" / "runs").glob("*/logs/block-state.jsonl"))
+    lines = [json.loads(x) for x in state.read_text().splitlines()]
+    first = next(x for x in lines if x["epoch"] == 0 and x["block"] == "train")
+    first["vars"].update({"__builtins__": 1, "torch": 2, "evaluate": 3, "flor": {"l": [1]}, "1bad": 4,
+                          "net": 5, "step": {"py": "os.system"}})
+    hostile = ["not json", json.dumps([1, 2]), json.dumps({"epoch": "0", "block": "train", "occ": 0, "vars": {}}),
+               json.dumps({"epoch": 0, "block": ["train"], "occ": 0, "vars": {}}), json.dumps(first)]
+    state.write_text("\n".join(json.dumps(x) for x in lines) + "\n" + "\n".join(hostile) + "\n")
+    edited = r.script("block_vars.py", {"    # HINDSIGHT\n": '    flor.log("step", step)\n'
+                                                          '    flor.log("mods", type(torch).__name__ + type(net).__name__)\n'},
+                      dest="hindsight.py")
+    proc = r.run(edited, "--flor", "b", "--replay_flor", "--epochs", "2")
+    assert "replay verified exact" in proc.stderr, proc.stderr
+    assert "could not be set where it is restored: step" in proc.stderr, proc.stderr
+    got = values(r.logs("b"), "replay")
+    assert got[("mods", 0, None)] == got[("mods", 1, None)] == "moduleLinear"  # names of modules and objects left alone
+    assert got[("step", 1, None)] == 8  # epoch 1's line is intact
+
+
+def test_block_state_reader_keeps_only_well_formed_lines(tmp_path):
+    from flor.engine.outer import read_block_state
+
+    path = tmp_path / "block-state.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"epoch": 0, "block": "b", "occ": 0, "vars": {"x": 1, "__class__": 2, "a b": 3}}),
+        json.dumps({"epoch": None, "block": "pre", "occ": 0, "vars": {"n": 5}}),
+        json.dumps({"epoch": True, "block": "b", "occ": 0, "vars": {"x": 9}}),
+        json.dumps({"epoch": 1, "block": "b", "occ": 0.5, "vars": {"x": 9}}),
+        json.dumps({"epoch": 0, "block": "b", "occ": 0, "vars": {"x": 2}}),  # a resumed recording: the last wins
+        "{", "[]",
+    ]) + "\n")
+    assert read_block_state(path) == {(0, "b", 0): {"x": 2}, (None, "pre", 0): {"n": 5}}
+    assert read_block_state(tmp_path / "missing.jsonl") == {}
+
+
+def test_a_history_grown_past_the_limit_is_named_once(tmp_path):
+    """Past ``BLOCK_MAX_ITEMS`` a history is no longer noted: the recording says so, once."""
+    r = Runner(tmp_path)
+    proc = r.run(r.script("block_vars.py", {"hist.append(loss.item())": "hist.extend([loss.item()] * 300)"}),
+                 "--flor", "b")
+    assert proc.stderr.count("`hist`, which SkipBlock 'train' changes outside end(), is no longer plain data of at "
+                             "most 4096 items at epoch 3") == 1, proc.stderr
+    assert "was not given" not in proc.stderr  # the first end's warning: hist was noted then
