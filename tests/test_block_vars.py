@@ -117,5 +117,25 @@ def test_a_history_grown_past_the_limit_is_named_once(tmp_path):
     proc = r.run(r.script("block_vars.py", {"hist.append(loss.item())": "hist.extend([loss.item()] * 300)"}),
                  "--flor", "b")
     assert proc.stderr.count("`hist`, which SkipBlock 'train' changes outside end(), is no longer plain data of at "
-                             "most 4096 items at epoch 3") == 1, proc.stderr
+                             "most 4096 items at epoch 3: a replay") == 1, proc.stderr
     assert "was not given" not in proc.stderr  # the first end's warning: hist was noted then
+
+
+def test_a_copy_of_the_best_weights_kept_outside_end_is_named_once(tmp_path):
+    """State that is not plain data, bound by the block in place of a None (or of an earlier
+    copy), is not noted: the recording names it, once, and nothing else the block binds."""
+    r = Runner(tmp_path)
+    edits = {"                best = loss.item()\n":
+             "                best = loss.item()\n"
+             "                best_state = {k: v.clone() for k, v in net.state_dict().items()}\n",
+             "seen = 0\n": "seen, best_state, peek = 0, None, (X[:2], Y[:2])\n",
+             "            step += 1\n": "            step += 1\n            peek = (X[i:i + 2], Y[i:i + 2])\n"}
+    proc = r.run(r.script("block_vars.py", edits), "--flor", "b")
+    assert proc.stderr.count("SkipBlock 'train' bound `best_state` outside end() at epoch 0 to state that is not "
+                             "plain data: a replay that restores 'train' leaves `best_state` as it was") == 1, proc.stderr
+    assert proc.stderr.count("SkipBlock 'train' bound `peek` outside end() at epoch 0") == 1, proc.stderr
+    assert proc.stderr.count("outside end() at epoch") == 2, proc.stderr
+    given = {**edits, "net, opt = flor.SkipBlock.end(net, opt)":
+             "net, opt, best_state, peek = flor.SkipBlock.end(net, opt, best_state, peek)"}
+    proc = r.run(r.script("block_vars.py", given, dest="given.py"), "--flor", "b")
+    assert "outside end() at epoch" not in proc.stderr, proc.stderr

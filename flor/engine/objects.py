@@ -371,18 +371,24 @@ def warn_containers(name: str, grown: list[tuple[str, str, int, int]]) -> None:
         return
 
 
-def warn_unnoted(name: str, epoch: int | None, lost: list[str]) -> None:
-    """Warn about variables block ``name`` changes outside ``end()`` that were noted at its earlier
-    ends (``flor.engine.outer.BlockVars``) and no longer can be. Never raises: it only advises."""
+def warn_unnoted(name: str, epoch: int | None, lost: list[tuple[str, str]]) -> None:
+    """Warn about variables block ``name`` changes outside ``end()`` that cannot be noted
+    (``flor.engine.outer.BlockVars.leave``): a replay that restores the block leaves them as they
+    were. Never raises: it only advises."""
     from ..errors import warn
     from .outer import BLOCK_MAX_ITEMS
 
     try:
         where = "" if epoch is None else f" at epoch {epoch}"
-        for var in lost:
-            warn(f"`{var}`, which SkipBlock {name!r} changes outside end(), is no longer plain data of at most "
-                 f"{BLOCK_MAX_ITEMS} items{where}: a replay that restores {name!r} from here on leaves it as it was, "
-                 f"so values read from it after the block differ; pass it to SkipBlock.end(..., {var})")
+        for var, what in lost:
+            if what == "too big":
+                first = (f"`{var}`, which SkipBlock {name!r} changes outside end(), is no longer plain data of at "
+                         f"most {BLOCK_MAX_ITEMS} items{where}")
+            else:
+                first = f"SkipBlock {name!r} bound `{var}` outside end(){where} to state that is not plain data"
+            warn(f"{first}: a replay that restores {name!r} leaves `{var}` as it was, so values read from it after "
+                 f"the block differ from the recording's; pass it to SkipBlock.end(..., {var}) and use what end() "
+                 "returns")
     except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
         return
 

@@ -411,11 +411,13 @@ class BlockVars:
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             self.frames.pop(name, None)
 
-    def leave(self, name: str, objs: tuple = ()) -> tuple[dict[str, Any], list[str]]:
+    def leave(self, name: str, objs: tuple = ()) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         """``{variable: encoded}`` of those the block changed since ``enter``, but for a container
-        given to ``end()`` (its checkpoint holds it); and, once each, the variables noted at an
-        earlier end that no longer are (a history grown past ``BLOCK_MAX_ITEMS``, a value that
-        became a tensor). Lets go of the frame."""
+        given to ``end()`` (its checkpoint holds it); and, once each, ``(variable, what)`` of
+        those it changed that cannot be noted, for a warning: one noted before that no longer
+        is (``"too big"``: a history grown past ``BLOCK_MAX_ITEMS``), or one it bound to state
+        that is not plain data (``"state"``: a copy of the best weights, in place of a None or
+        of an earlier copy). Lets go of the frame."""
         lf = self.frames.get(name)
         if lf is None or lf.frame is None:
             return {}, []
@@ -425,16 +427,44 @@ class BlockVars:
             plain = lf._plain(given)
             changed = {var: value for var, value in plain.items()
                        if (var not in initial or _same_key(value) != initial[var]) and id(now.get(var)) not in given}
+            first = name not in self.noted
             noted = self.noted.setdefault(name, set())
-            lost = sorted(var for var in noted - plain.keys()
-                          if var in now and id(now[var]) not in given and (name, var) not in self.warned)
-            self.warned.update((name, var) for var in lost)
+            passed = _ids_given(objs)
+            lost = [(var, "too big" if var in noted else "state") for var in sorted((noted | initial.keys()) - plain.keys())
+                    if var in now and (var in noted or _holds_state(now[var]))]
+            if first:  # state bound before the block, rebound by its first run: a copy of the best weights
+                lost += [(var, "state") for var, (ident, _) in sorted(lf.before.items())
+                         if var in now and id(now[var]) != ident and var not in plain and _holds_state(now[var])]
+            lost = [(var, what) for var, what in lost
+                    if id(now[var]) not in passed and (name, var) not in self.warned and not _skipped(var)]
+            self.warned.update((name, var) for var, _ in lost)
             noted.update(changed)
             return changed, lost
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             return {}, []
         finally:
             lf.frame = None
+
+
+def _ids_given(objs: tuple) -> set[int]:
+    """Ids of the objects given to ``end()`` and of those one container deep."""
+    ids = {id(o) for o in objs}
+    for o in objs:
+        if isinstance(o, (list, tuple)):
+            ids.update(id(x) for x in o)
+        elif isinstance(o, dict):
+            ids.update(id(x) for x in o.values())
+    return ids
+
+
+def _holds_state(value: Any) -> bool:
+    """A dict, list or tuple (of tensors: a copy of the best weights) or a module (a model's
+    copy): what a block may keep outside ``end()``. A bare tensor is not named: a batch
+    looked at before the loop and rebound by the block's batch loop is not state."""
+    if isinstance(value, (list, tuple, dict)):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.nn.Module)
 
 
 def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, Any]]:
