@@ -15,7 +15,9 @@ out), how many checkpoints took the fast path (``timings.encoded``; before it wa
 with a tensor copy, ``timings.copy_s``),
 the writer's GIL time per checkpoint, and what the budget was charged as a share of the
 blocks' time (``charged_share``; the exit line's share is of the whole loop, evaluation
-included); then the checkpoints the default 1% budget takes in ``--epochs``.
+included), and the time a block run spends noting the variables it changed outside ``end()``
+(``timings.block_vars_s``, on the training thread, checkpoint or not; 0 before 2026-12-06);
+then the checkpoints the default 1% budget takes in ``--epochs``.
 
     python benchmarks/loop_state_cost.py [--epochs 30] [--base REV] [--rounds 3]
 """
@@ -69,8 +71,10 @@ def figures(meta: dict) -> dict:
     training = sum(sum(v) for v in t["blocks"].values())
     encoded = t.get("encoded")  # (a tree before 2026-12-04: only the fast path copied into its own buffers)
     fast = encoded.count("fast") if encoded is not None else sum(c > 0 for c in t["copy_s"])
+    runs = sum(len(v) for v in t["blocks"].values())  # block runs: each notes what it changed outside end()
     return {"stall_ms": median(t["stall_s"][1:]) * 1e3, "fast": fast, "of": n,
-            "gil_ms": policy["gil_s"] * 1e3 / n, "charged_share": policy["charged_s"] / training}
+            "gil_ms": policy["gil_s"] * 1e3 / n, "charged_share": policy["charged_s"] / training,
+            "block_vars_ms": t.get("block_vars_s", 0.0) * 1e3 / max(runs, 1)}
 
 
 def main() -> None:
@@ -113,15 +117,17 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     labels = [label for label, _ in trees] + ["cnn"]
     result = {"quick": opts.quick, "epochs": epochs, "rounds": rows, "base": opts.base, "default_budget": budget,
-              "median": {k: {f: median([r[k][f] for r in rows]) for f in ("stall_ms", "gil_ms", "charged_share")}
+              "median": {k: {f: median([r[k][f] for r in rows])
+                             for f in ("stall_ms", "gil_ms", "charged_share", "block_vars_ms")}
                          for k in labels}}
     if base_tree is not None:
         result["stall_ratio_by_round"] = [r["this"]["stall_ms"] / r["base"]["stall_ms"] for r in rows]
     names = {"base": f"with loop state, flor {opts.base}", "this": "with loop state, this tree",
              "cnn": "examples/cnn.py as is, this tree"}
     print(table([[names[k], i, f"{r[k]['stall_ms']:.2f}", f"{r[k]['fast']} of {r[k]['of']}", f"{r[k]['gil_ms']:.2f}",
-                  f"{r[k]['charged_share']:.2%}"] for i, r in enumerate(rows) for k in labels],
-                ["digits CNN", "round", "stall ms (median)", "fast snapshots", "writer GIL ms", "charged / blocks"]))
+                  f"{r[k]['charged_share']:.2%}", f"{r[k]['block_vars_ms']:.3f}"] for i, r in enumerate(rows) for k in labels],
+                ["digits CNN", "round", "stall ms (median)", "fast snapshots", "writer GIL ms", "charged / blocks",
+                 "block variables ms / block run"]))
     print(table([[names[k], f"{v['checkpointed']} of {v['of']}"] for k, v in budget.items()],
                 ["default 1% budget", "epochs checkpointed"]))
     print("wrote", save("loop_state_cost", result))

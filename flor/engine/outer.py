@@ -37,7 +37,7 @@ import sys
 import types
 from pathlib import Path
 from types import FrameType
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from .._files import StoreFileError, open_append, read_text
 
@@ -239,8 +239,9 @@ class LoopFrame:
         return {"vars": out, "unrestorable": sorted(self.changed - out.keys()),
                 "unchanged": sorted(name for name in out if name not in touched)}
 
-    def _plain(self, passed: Iterable[int] = ()) -> dict[str, Any]:
-        """``{name: encoded}`` of the frame's plain-data variables now; names the others."""
+    def _plain(self, passed: Iterable[int] = (), skip: Collection[int] = ()) -> dict[str, Any]:
+        """``{name: encoded}`` of the frame's plain-data variables now, but for the containers
+        whose ids are in ``skip`` (given to ``end()``: checkpointed, not encoded here); names the others."""
         out: dict[str, Any] = {}
         passed = set(passed)
         ignored, static = self.ignored, self.static
@@ -259,6 +260,8 @@ class LoopFrame:
                 continue
             if _skipped(name):  # bound inside the loop
                 ignored.add(name)
+                continue
+            if skip and id(value) in skip:
                 continue
             if kind not in _CONTAINERS and not _scalar_like(value):
                 if not _maybe_scalar(kind):
@@ -393,6 +396,7 @@ class BlockVars:
     def __init__(self) -> None:
         self.frames: dict[str, LoopFrame] = {}
         self.noted: dict[str, set[str]] = {}  # block -> the variables noted at one of its ends so far
+        self.given: dict[str, set[int]] = {}  # block -> ids of the containers its last end() was given
         self.warned: set[tuple[str, str]] = set()
 
     def enter(self, name: str, frame: FrameType | None) -> None:
@@ -407,7 +411,7 @@ class BlockVars:
                 lf.start(loop=False)
             else:
                 lf.frame = frame  # a block in a function: a new frame each call
-                lf.initial = {var: _same_key(v) for var, v in lf._plain().items()}
+                lf.initial = {var: _same_key(v) for var, v in lf._plain(skip=self.given.get(name, ())).items()}
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             self.frames.pop(name, None)
 
@@ -423,8 +427,8 @@ class BlockVars:
             return {}, []
         try:
             initial, now = lf.initial, lf.variables()
-            given = {id(o) for o in objs if type(o) in _CONTAINERS}
-            plain = lf._plain(given)
+            given = self.given[name] = {id(o) for o in objs if type(o) in _CONTAINERS}
+            plain = lf._plain(given, skip=given)
             changed = {var: value for var, value in plain.items()
                        if (var not in initial or _same_key(value) != initial[var]) and id(now.get(var)) not in given}
             first = name not in self.noted
