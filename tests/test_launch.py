@@ -16,7 +16,7 @@ import pytest
 
 from conftest import Runner, values
 from flor.launch.estimate import probed_blocks
-from flor.errors import FlorError
+from flor.errors import ConfigError, FlorError
 from flor.launch.executor import Executor
 from flor.launch.local import LocalExecutor
 from flor.launch.launcher import Launch, detect_gpus
@@ -350,3 +350,21 @@ def test_a_worker_that_cannot_start_ends_the_launch_as_failed(rec, tmp_path, mon
     python.symlink_to(sys.executable)
     again = flor_replay(rec, "--workers", "2", "--", *command)
     assert again.returncode == 0 and "resuming: 2 of 2 segments left" in again.stderr, again.stderr
+
+
+def test_two_launches_that_resume_one_replay_at_once_run_it_once(rec, monkeypatch):
+    """Two `flor replay` commands started together after a failed launch both find it unfinished.
+    The first claims it as it starts; the second then says it is running (the CLI's exit 2),
+    instead of running the same segments beside it (every value logged twice in one file)."""
+    monkeypatch.chdir(rec.cwd)
+    store = ExperimentStore(rec.home, "toy")
+    run = store.resolve_run(None)
+    command = [sys.executable, "outer.py", "--epochs", str(EPOCHS), "--claimed"]  # this test's launches only
+    kw = dict(workers=2, gpus=[], epoch_range=None, strong=False, threads=None, out=io.StringIO(), err=io.StringIO())
+    failed = Launch(store, run, command, fresh=True, **kw)
+    failed.write_record("failed")
+    first = Launch(store, run, command, fresh=False, **kw)  # its workers not started yet
+    assert first.resumed and first.replay_id == failed.replay_id
+    with pytest.raises(ConfigError, match=f"replay {failed.replay_id} of this run is still running"):
+        Launch(store, run, command, fresh=False, **kw)
+    first.write_record("finished")

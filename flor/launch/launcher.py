@@ -25,6 +25,8 @@ started ones are stopped, the record says ``failed`` with the reason, and the CL
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import socket
@@ -33,7 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, Iterator, Sequence, TextIO
 
 from .._fmt import clock, progress, span
 from ..errors import ConfigError, FlorError
@@ -92,6 +94,26 @@ def _sha256(path: Path | None) -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (released when the process dies, even by SIGKILL):
+    the launches of one run read and claim its launch records one at a time. A folder that
+    cannot be opened or locked (missing, or a filesystem without locks) is not locked."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -128,7 +150,12 @@ class Launch:
             raise ConfigError(f"--epochs {epoch_range[0]}:{epoch_range[1] if epoch_range[1] is not None else ''} "
                               f"selects no epoch of run {run}, which has epochs 0 to {n_epochs - 1}")
         self.workers = workers
-        earlier = None if fresh else self._resumable()
+        with _locked(self.layout.logs):  # two launches of one command: the second sees the first's claim
+            earlier = None if fresh else self._resumable()
+            if earlier is not None:  # claimed before it runs, or both would run the same segments
+                self.store.write_json(self.store.run_key(run, "logs", self.layout.launch_record(earlier["replay"]).name),
+                                      {**earlier, "status": "running", "pid": os.getpid(),
+                                       "host": socket.gethostname()}, durable=False)
         if earlier is not None:  # resuming: the same segments as before
             workers = int(earlier["workers"])
         elif not workers:
