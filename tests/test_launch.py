@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ from flor.launch.estimate import probed_blocks
 from flor.errors import ConfigError, FlorError
 from flor.launch.executor import Executor
 from flor.launch.local import LocalExecutor
-from flor.launch.launcher import Launch, detect_gpus
+from flor.launch.launcher import Launch, detect_gpus, stop_workers
 from flor.logs import merge_newest
 from flor.store.runlogs import read_run_logs
 from flor.plan import make_plan
@@ -368,3 +370,50 @@ def test_two_launches_that_resume_one_replay_at_once_run_it_once(rec, monkeypatc
     with pytest.raises(ConfigError, match=f"replay {failed.replay_id} of this run is still running"):
         Launch(store, run, command, fresh=False, **kw)
     first.write_record("finished")
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_ctrl_c_ends_a_launch_whose_worker_is_stopped(rec):
+    """A worker stopped by SIGSTOP (a busy node, a Ctrl-Z) does not act on SIGTERM until it is
+    continued: the launcher's Ctrl-C waited on it for ever. Now it is continued with its SIGTERM,
+    the launch ends as failed (exit 1) and the same command resumes it."""
+    rec.script(edits={"    # OUTER": "    __import__('time').sleep(0.3)",
+                      'step {step}")': 'step {step}", flush=True)'}, dest="sleepy.py")
+    cmd = [sys.executable, "-m", "flor", "replay", "toy", "--workers", "2", "--fresh", "--",
+           sys.executable, "sleepy.py", "--epochs", str(EPOCHS)]
+    proc = subprocess.Popen(cmd, cwd=rec.cwd, env=rec.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("[w0] epoch 0 "):
+            break
+    workers = _children(proc.pid)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGSTOP)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        for pid in (*workers, proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("the launcher still waits on its stopped worker:\n" + "".join(seen))
+    assert proc.returncode == 1, out
+    assert "flor: interrupted; run the same command again" in out
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+    again = flor_replay(rec, "--workers", "2", "--", sys.executable, "sleepy.py", "--epochs", str(EPOCHS))
+    assert again.returncode == 0 and "resuming:" in again.stderr, again.stderr
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace():
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    state = WorkerState(0, make_plan(4, 0, 1, range(4)))
+    state.handle = LocalExecutor().start(0, [sys.executable, "-c", code], dict(os.environ), threads=1)
+    assert next(iter(state.handle.lines())) == "ready\n"
+    stop_workers([state], grace_s=0.5)
+    assert state.rc == -signal.SIGKILL

@@ -54,6 +54,9 @@ from .workers import WorkerState, failure
 
 __all__ = ["Launch", "abort_launches", "detect_gpus", "run_launch", "start_error", "stop_workers"]
 
+#: seconds a worker asked to stop may take to end by itself (its summary, a bounded flush)
+STOP_GRACE_S = 30.0
+
 _PLACEMENT_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
                    "SLURM_ARRAY_TASK_MIN", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID")
@@ -415,15 +418,25 @@ class Launch:
         return notes
 
 
-def stop_workers(states: Sequence[WorkerState]) -> None:
+def stop_workers(states: Sequence[WorkerState], grace_s: float = STOP_GRACE_S) -> None:
     """Ask every started worker that still runs to end, then wait for each (Ctrl-C, or a launch
-    that cannot go on)."""
-    for s in states:
-        if s.handle is not None and s.rc is None:
-            s.handle.stop()
-    for s in states:
-        if s.handle is not None and s.rc is None:
-            s.rc, s.exited = s.handle.wait(), time.time()
+    that cannot go on). One that has not ended after ``grace_s`` seconds, or when Ctrl-C comes
+    again meanwhile, is stopped at once (a stuck worker, one that ignores SIGTERM): the
+    launcher never waits on it for ever."""
+    running = [s for s in states if s.handle is not None and s.rc is None]
+    for s in running:
+        s.handle.stop()
+    deadline = time.monotonic() + grace_s
+    try:
+        while time.monotonic() < deadline and any(s.handle.poll() is None for s in running):
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        pass  # asked again: no more waiting
+    for s in running:
+        if s.handle.poll() is None:
+            s.handle.stop()  # the second time: at once
+    for s in running:
+        s.rc, s.exited = s.handle.wait(), time.time()
 
 
 def start_error(s: WorkerState, exc: BaseException) -> str:

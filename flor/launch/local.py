@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from typing import Iterator, Mapping, Sequence
 
@@ -22,6 +24,7 @@ class LocalWorker:
     """A worker process; its stderr joins its stdout so the lines keep their order."""
 
     def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
+        self._stopping = False  # stop() asked once already
         try:
             self.proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT)
@@ -39,8 +42,17 @@ class LocalWorker:
         return self.proc.poll()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        if self.proc.poll() is not None:
+            return
+        if self._stopping:  # asked before and still running: stuck, or ignoring SIGTERM
+            self.proc.kill()
+            return
+        self._stopping = True
+        self.proc.terminate()
+        try:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a stopped worker (SIGSTOP, a busy node's Ctrl-Z) gets it now
+        except OSError:
+            pass  # ended meanwhile
 
     def wait(self) -> int:
         return self.proc.wait()
