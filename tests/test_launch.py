@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -376,38 +377,87 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def test_ctrl_c_ends_a_launch_whose_worker_is_stopped(rec):
-    """A worker stopped by SIGSTOP (a busy node, a Ctrl-Z) does not act on SIGTERM until it is
-    continued: the launcher's Ctrl-C waited on it for ever. Now it is continued with its SIGTERM,
-    the launch ends as failed (exit 1) and the same command resumes it."""
-    rec.script(edits={"    # OUTER": "    __import__('time').sleep(0.3)",
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie: ended
+    except OSError:
+        return True
+
+
+SLEEPY = ["--workers", "2", "--", sys.executable, "sleepy.py", "--epochs", str(EPOCHS)]
+
+
+def _launch_until_both_run(rec: Runner) -> tuple[subprocess.Popen, list[int], list[str]]:
+    """``flor replay`` of a slowed-down outer.py, two workers; returns once both are in their loops."""
+    rec.script(edits={"    # OUTER": "    __import__('time').sleep(0.3)",  # quiet after epoch 0: a closed pipe never ends it
+                      '    print(f"epoch {epoch}': '    if epoch == 0: print(f"epoch {epoch}',
                       'step {step}")': 'step {step}", flush=True)'}, dest="sleepy.py")
-    cmd = [sys.executable, "-m", "flor", "replay", "toy", "--workers", "2", "--fresh", "--",
-           sys.executable, "sleepy.py", "--epochs", str(EPOCHS)]
-    proc = subprocess.Popen(cmd, cwd=rec.cwd, env=rec.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen([sys.executable, "-m", "flor", "replay", "toy", "--fresh", *SLEEPY], cwd=rec.cwd,
+                            env=rec.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGHUP)])
     assert proc.stdout is not None
     seen = []
-    for line in proc.stdout:
+    for line in proc.stdout:  # both in their epoch loops: worker 1's first note is printed there
         seen.append(line)
-        if line.startswith("[w0] epoch 0 "):
+        if any(x.startswith("[w0] epoch 0 ") for x in seen) and \
+                any(x.startswith("[w1] flor: outer-loop variables restored") for x in seen):
             break
     workers = _children(proc.pid)
-    assert len(workers) == 2
-    os.kill(workers[0], signal.SIGSTOP)
-    proc.send_signal(signal.SIGINT)
+    assert len(workers) == 2, "".join(seen)
+    return proc, workers, seen
+
+
+def _ended(proc: subprocess.Popen, workers: list[int], seen: list[str]) -> str:
+    """The launcher's remaining output once it ended (a hang bound, not a timing)."""
     try:
         out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         for pid in (*workers, proc.pid):
             os.kill(pid, signal.SIGKILL)
         proc.communicate()
-        raise AssertionError("the launcher still waits on its stopped worker:\n" + "".join(seen))
+        raise AssertionError("the launcher still waits on its workers:\n" + "".join(seen))
+    return out
+
+
+def test_ctrl_c_ends_a_launch_whose_worker_is_stopped(rec):
+    """A worker stopped by SIGSTOP (a busy node, a Ctrl-Z) does not act on SIGTERM until it is
+    continued: the launcher's Ctrl-C waited on it for ever. Now it is continued with its SIGTERM,
+    the launch ends as failed (exit 1) and the same command resumes it."""
+    proc, workers, seen = _launch_until_both_run(rec)
+    os.kill(workers[0], signal.SIGSTOP)
+    proc.send_signal(signal.SIGINT)
+    out = _ended(proc, workers, seen)
     assert proc.returncode == 1, out
     assert "flor: interrupted; run the same command again" in out
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
-    again = flor_replay(rec, "--workers", "2", "--", sys.executable, "sleepy.py", "--epochs", str(EPOCHS))
+    assert all(_gone(pid) for pid in workers)
+    again = flor_replay(rec, *SLEEPY)
     assert again.returncode == 0 and "resuming:" in again.stderr, again.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_launcher_takes_its_workers_along_and_resumes(rec, sig):
+    """SIGTERM (``kill``, a scheduler) ended the launcher alone, like SIGKILL: its workers replayed
+    on, unwatched, beside the resumed launch's workers, whose files they shared. Now SIGTERM stops
+    them as Ctrl-C does (exit 1, launch recorded failed), and after a SIGKILL they end with it;
+    the same command then replays every epoch once."""
+    proc, workers, seen = _launch_until_both_run(rec)
+    proc.send_signal(sig)
+    out = _ended(proc, workers, seen)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 1 and "flor: interrupted; run the same command again" in out, out
+    for _ in range(600):  # after a SIGKILL the workers end by themselves: bounded, not timed
+        if all(_gone(pid) for pid in workers):
+            break
+        time.sleep(0.1)
+    assert all(_gone(pid) for pid in workers), "a worker outlived its launcher"
+    again = flor_replay(rec, *SLEEPY)
+    assert again.returncode == 0 and "resuming: 2 of 2 segments left" in again.stderr, again.stderr
+    run_dir = next((rec.home / "toy" / "runs").iterdir())
+    for w in range(2):  # each killed worker was stopped, not left to finish (or to die of the closed pipe)
+        summary = run_dir / "attempts" / f"{replay_id(again)}-{w}-0" / f"replay-{replay_id(again)}-{w}.summary.json"
+        assert json.loads(summary.read_text())["exit"] == "terminated"
+    epochs = sorted(x["epoch"] for x in replay_logs(rec, replay_id(again)) if x["name"] == "acc")
+    assert epochs == list(range(EPOCHS))
 
 
 def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace():
