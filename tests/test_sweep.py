@@ -6,6 +6,7 @@ value equals a full re-execution of that run's own script version with the metri
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -150,3 +151,37 @@ def test_the_merged_summary_says_the_exit_status_of_a_divergence(tmp_path, lenie
     text = merged_summary(tmp_path, "r1", 2)["text"]
     last = text.splitlines()[-1]
     assert last.startswith("flor: replay DIVERGED") and last.endswith(status), text
+
+
+def test_an_interrupted_sweep_counts_its_queued_runs_as_not_done_and_resumes_them(tmp_path):
+    """Ctrl-C while one run replays and the next waits in the queue: the queued run's launch was
+    concluded with no worker, so it counted as replayed and its record said 'finished' (an
+    interruption between two runs exited 0). Now every run not done is failed, the exit status
+    is 1, and the same command replays both, each epoch once."""
+    r = Runner(tmp_path)
+    r.script(edits={"    # OUTER": "    __import__('time').sleep(0.3)",
+                    'step {step}")': 'step {step}", flush=True)'}, dest="train.py")
+    for seed in ("0", "1"):
+        r.run(r.cwd / "train.py", "--epochs", EPOCHS, "--seed", seed, "--flor", "stop")
+    runs = sorted(p.name for p in (r.home / "stop" / "runs").iterdir())
+    r.script(edits={"    # OUTER": "    __import__('time').sleep(0.3)\n" + TODAY["    # OUTER"],
+                    'step {step}")': 'step {step}", flush=True)'}, dest="train.py")
+    cmd = [sys.executable, "-m", "flor", "replay", "stop", "--all", "--workers", "1", "--", sys.executable, "train.py"]
+    proc = subprocess.Popen(cmd, cwd=r.cwd, env=r.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("[r0 w0] epoch 0 "):
+            proc.send_signal(signal.SIGINT)
+            break
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out
+    assert "flor: sweep: 2 failed; exit status 1" in out and "(today)  failed   -" in out
+    assert "worker 0 (epochs 0-2) failed: not started" in out
+    records = [json.loads(p.read_text()) for run in runs for p in (r.home / "stop" / "runs" / run / "logs").glob("launch-*")]
+    assert sorted(x["status"] for x in records) == ["failed", "failed"]
+    again = subprocess.run(cmd, cwd=r.cwd, env=r.env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "flor: sweep: 2 replayed; exit status 0" in again.stdout, again.stdout + again.stderr
+    assert again.stderr.count("resuming: 1 of 1 segments left") == 2
+    for run in runs:
+        assert len(_replayed(r, "stop", run)["wnorm"]) == 3

@@ -278,15 +278,15 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
         bar.close()
     for _, launch in launches:
         launch._bar = None
-    return _conclude(store, plan, launches, started, out, err)
+    return _conclude(store, plan, launches, out, err)
 
 
 def _conclude(store: ExperimentStore, plan: list[SweepRun], launches: list[tuple[SweepRun, Launch]],
-              started: list[tuple[Launch, WorkerState, int]], out: TextIO, err: TextIO) -> int:
+              out: TextIO, err: TextIO) -> int:
     rows, codes, names = [], [], []
     results: dict[str, tuple[str, Launch, dict]] = {}
     for sr, launch in launches:
-        mine = [s for L, s, _ in started if L is launch]
+        mine = [s for s in launch.states if not s.skipped]  # started or not: a sweep interrupted leaves some queued
         for s in mine:
             s.read_marks(launch.marks(s))
         rc, summary = launch.finish(mine, show=False)
@@ -299,7 +299,8 @@ def _conclude(store: ExperimentStore, plan: list[SweepRun], launches: list[tuple
     for sr in plan:
         if sr.run in results:
             verdict, launch, summary = results[sr.run]
-            values = _hindsight_values(store, sr.run, launch.replay_id, summary.get("hindsight") or [])
+            values = {} if verdict == "failed" else _hindsight_values(  # a part of the epochs: not the last value
+                store, sr.run, launch.replay_id, summary.get("hindsight") or [])
         else:
             verdict, values = "skipped", {}
         what = "today" if sr.version.startswith("today") else "recorded+log" if sr.transplanted else "-"
