@@ -467,3 +467,15 @@ def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace():
     assert next(iter(state.handle.lines())) == "ready\n"
     stop_workers([state], grace_s=0.5)
     assert state.rc == -signal.SIGKILL
+
+
+def test_more_workers_than_epochs_replay_with_one_worker_an_epoch(rec):
+    """--workers 8 for 2 epochs planned 6 workers with nothing to replay: never started, they were
+    listed as missing and the last line said 'replay FAILED (6 of 8 workers did not finish)' under
+    exit status 0. Now the launch has one worker an epoch, says so, and verifies."""
+    proc = flor_replay(rec, "--workers", "8", "--epochs", "4:6", "--", sys.executable, "outer.py", "--epochs", str(EPOCHS))
+    assert proc.returncode == 0, proc.stderr
+    assert "flor: --workers 8: 2 epoch(s) to replay, so 2 worker(s)" in proc.stderr
+    assert "missing" not in proc.stderr and proc.stderr.splitlines()[-1].startswith("flor: replay verified exact")
+    full = values(rec.logs("full"), "record")
+    assert values(replay_logs(rec, replay_id(proc))) == {k: v for k, v in full.items() if k[1] in (4, 5)}

@@ -152,6 +152,10 @@ class Launch:
         if self.within is not None and len(self.within) == 0:
             raise ConfigError(f"--epochs {epoch_range[0]}:{epoch_range[1] if epoch_range[1] is not None else ''} "
                               f"selects no epoch of run {run}, which has epochs 0 to {n_epochs - 1}")
+        selected = len(self.within) if self.within is not None else n_epochs
+        self.asked = workers  # --workers, when more than the epochs: said in the notes
+        if workers and workers > max(1, selected):  # a worker without an epoch would replay nothing
+            workers = max(1, selected)
         self.workers = workers
         with _locked(self.layout.logs):  # two launches of one command: the second sees the first's claim
             earlier = None if fresh else self._resumable()
@@ -407,6 +411,8 @@ class Launch:
     def _placement_notes(self) -> list[str]:
         notes = []
         t, n = self.estimate.threads, self.workers
+        if self.asked and self.asked > n:
+            notes.append(f"--workers {self.asked}: {n} epoch(s) to replay, so {n} worker(s)")
         if not self.gpus and n * t > cores():
             notes.append(f"{n} workers x {t} torch thread(s) exceed this machine's {cores()} cores; each worker keeps "
                          f"the recorded thread count for bit-exact values (--threads trades that for speed)")
