@@ -185,3 +185,23 @@ def test_an_interrupted_sweep_counts_its_queued_runs_as_not_done_and_resumes_the
     assert again.stderr.count("resuming: 1 of 1 segments left") == 2
     for run in runs:
         assert len(_replayed(r, "stop", run)["wnorm"]) == 3
+
+
+def test_a_run_without_epochs_is_refused_alone_and_skipped_in_a_sweep(tmp_path):
+    """A recording that finished no epoch (its loop ran 0 times, or it crashed in the first) was
+    launched with one worker that replayed nothing: 'replay FAILED (1 of 1 workers did not
+    finish)' under exit status 0, and in a sweep a 'failed' row counted as replayed. Now one line
+    and exit 2 alone; skipped with the reason in a sweep (exit 1)."""
+    r = Runner(tmp_path)
+    (r.cwd / "empty.py").write_text("import sys\nimport flor\nfor epoch in flor.it(range(int(sys.argv[1]))):\n    pass\n")
+    r.run(r.cwd / "empty.py", "0", "--flor", "empty")
+    run = next((r.home / "empty" / "runs").iterdir()).name
+    alone = r.flor("replay", "empty", "--", sys.executable, "empty.py", "0", check=False)
+    assert alone.returncode == 2 and alone.stderr == (
+        f"flor: error: run {run} of empty recorded no finished epoch (status finished): there is nothing to replay; "
+        f"`flor show empty {run}` shows what it recorded\n"), alone.stderr
+    sweep = r.flor("replay", "empty", "--all", "--", sys.executable, "empty.py", check=False)
+    assert sweep.returncode == 1, sweep.stdout + sweep.stderr
+    assert f"flor: run {run} skipped: it recorded no finished epoch (status finished)" in sweep.stderr
+    assert "flor: sweep: 1 skipped; exit status 1" in sweep.stdout
+    assert not list((r.home / "empty" / "runs" / run / "logs").glob("launch-*"))  # nothing launched

@@ -148,6 +148,9 @@ class Launch:
         self.out, self.err = out, err
         self.script = _script_of(command)
         n_epochs = self.meta.epochs
+        if n_epochs == 0:
+            raise ConfigError(f"run {run} of {store.name} recorded no finished epoch (status {self.meta.status_text()}): "
+                              f"there is nothing to replay; `flor show {store.name} {run}` shows what it recorded")
         self.within = select(n_epochs, epoch_range) if epoch_range else None
         if self.within is not None and len(self.within) == 0:
             raise ConfigError(f"--epochs {epoch_range[0]}:{epoch_range[1] if epoch_range[1] is not None else ''} "

@@ -126,6 +126,9 @@ def plan_sweep(store: ExperimentStore, runs: Sequence[str], command: Sequence[st
         meta = store.read_run(run)
         sr = SweepRun(run, meta)
         out.append(sr)
+        if meta.epochs == 0:
+            sr.skipped = f"it recorded no finished epoch (status {meta.status_text()}): there is nothing to replay"
+            continue
         args = list(meta.argv)[1:]
         secret = next((i for i, w in enumerate(args) if "***" in w), None)
         if secret is not None:
