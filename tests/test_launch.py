@@ -55,8 +55,8 @@ def flor_replay(r: Runner, *args: str, env: dict | None = None) -> subprocess.Co
                           capture_output=True, text=True, timeout=300)
 
 
-def replay_logs(r: Runner, replay: str) -> list[dict]:
-    run_dir = next((r.home / "toy" / "runs").iterdir())
+def replay_logs(r: Runner, replay: str, name: str = "toy") -> list[dict]:
+    run_dir = next((r.home / name / "runs").iterdir())
     return [x for x in read_run_logs(run_dir, run_dir.name) if x["replay"] == replay]
 
 
@@ -479,3 +479,39 @@ def test_more_workers_than_epochs_replay_with_one_worker_an_epoch(rec):
     assert "missing" not in proc.stderr and proc.stderr.splitlines()[-1].startswith("flor: replay verified exact")
     full = values(rec.logs("full"), "record")
     assert values(replay_logs(rec, replay_id(proc))) == {k: v for k, v in full.items() if k[1] in (4, 5)}
+
+
+def test_a_launch_of_a_live_recording_replays_the_epochs_it_planned(tmp_path, monkeypatch):
+    """The launcher planned the epochs a live recording had finished; each worker read the run
+    again as it started, by then further along (here finished), and replayed its share of other
+    segments: every worker 'failed' (exit 1). The workers now replay the epochs planned."""
+    r = Runner(tmp_path)
+    gate = tmp_path / "gate"
+    script = r.script(edits={"    # OUTER": "    while epoch == 2 and not __import__('os').path.exists("
+                                          f"{str(gate)!r}): __import__('time').sleep(0.05)"})
+    recording = subprocess.Popen([sys.executable, str(script), "--epochs", str(EPOCHS), "--flor", "live"],
+                                 cwd=r.cwd, env=r.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        run_json = None
+        for _ in range(1200):  # until 2 epochs are done: the third waits for the gate
+            found = list((r.home / "live" / "runs").glob("*/run.json"))
+            if found and json.loads(found[0].read_text()).get("epochs_done") == 2:
+                run_json = found[0]
+                break
+            time.sleep(0.1)
+        assert run_json is not None, "the recording never finished 2 epochs"
+        monkeypatch.chdir(r.cwd)
+        for key, value in r.env().items():
+            monkeypatch.setenv(key, value)
+        store = ExperimentStore(r.home, "live")
+        err = io.StringIO()
+        launch = Launch(store, run_json.parent.name, [sys.executable, script.name, "--epochs", str(EPOCHS)], workers=2,
+                        gpus=[], epoch_range=None, strong=False, threads=None, fresh=True, out=io.StringIO(), err=err)
+        gate.touch()
+        assert recording.wait(timeout=120) == 0  # the recording finished all its epochs before the workers start
+    finally:
+        recording.kill()
+        recording.wait()
+    assert launch.execute(LocalExecutor()) == 0, err.getvalue()
+    assert "flor: replay verified exact: 2 blocks restored" in err.getvalue()
+    assert sorted(x["epoch"] for x in replay_logs(r, launch.replay_id, "live") if x["name"] == "acc") == [0, 1]

@@ -252,6 +252,8 @@ class Launch:
         if self.epoch_range:
             a, b = self.epoch_range
             env["FLOR_EPOCHS"] = f"{a}:{'' if b is None else b}"
+        elif self.meta.status == "running":  # a live recording finishes more epochs meanwhile: the planned ones
+            env["FLOR_EPOCHS"] = f"0:{self.meta.epochs}"
         if self.strong:
             env["FLOR_STRONG"] = "1"
         if self.threads:
