@@ -515,3 +515,19 @@ def test_a_launch_of_a_live_recording_replays_the_epochs_it_planned(tmp_path, mo
     assert launch.execute(LocalExecutor()) == 0, err.getvalue()
     assert "flor: replay verified exact: 2 blocks restored" in err.getvalue()
     assert sorted(x["epoch"] for x in replay_logs(r, launch.replay_id, "live") if x["name"] == "acc") == [0, 1]
+
+
+def test_a_resumed_launch_keeps_the_divergence_of_a_segment_done_before(rec):
+    """Worker 0 diverged (exit 3) while worker 1 was killed; the same command resumed only worker
+    1, which verified, and exited 0 under a merged summary ending 'replay DIVERGED ... exit
+    status 3'. The exit status now counts the segments done before the resume too."""
+    rec.script(edits={**PROBED, **OUTER, "xb = xb + 0.01 * torch": "xb = xb + (0.02 if epoch < 3 else 0.01) * torch"},
+               dest="diverge.py")
+    cmd = ["--workers", "2", "--", sys.executable, "diverge.py", "--epochs", str(EPOCHS)]
+    first = flor_replay(rec, *cmd, env=rec.env(KILL_AT="4"))
+    assert first.returncode == 1 and "worker 1 (epochs 3-5) failed: killed by SIGKILL" in first.stderr, first.stderr
+    second = flor_replay(rec, *cmd)
+    assert "resuming: 1 of 2 segments left" in second.stderr, second.stderr
+    last = second.stderr.splitlines()[-1]
+    assert last.startswith("flor: replay DIVERGED") and last.endswith("exit status 3 (--flor_lenient keeps 0)"), last
+    assert second.returncode == 3

@@ -406,7 +406,11 @@ class Launch:
         self.write_record("finished" if not failed else "failed", {k: v for k, v in summary.items() if k != "text"})
         if failed:
             return 1, summary
-        return (3 if any(s.rc == 3 for s in pending) else 0), summary
+        earlier = [read_summary(self.layout.replay_summary(self.replay_id, s.index)) or {}  # done before a resume
+                   for s in self.states if s.skipped and len(s.plan.segment)]
+        diverged = any(s.rc == 3 for s in pending) or any(
+            x.get("verdict") == "diverged" and not x.get("lenient") for x in earlier)
+        return (3 if diverged else 0), summary
 
     def _header(self) -> str:
         took = time.time() - self.started
