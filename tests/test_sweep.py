@@ -205,3 +205,20 @@ def test_a_run_without_epochs_is_refused_alone_and_skipped_in_a_sweep(tmp_path):
     assert f"flor: run {run} skipped: it recorded no finished epoch (status finished)" in sweep.stderr
     assert "flor: sweep: 1 skipped; exit status 1" in sweep.stdout
     assert not list((r.home / "empty" / "runs" / run / "logs").glob("launch-*"))  # nothing launched
+
+
+def test_the_same_command_again_shows_the_sweep_without_replaying_it(sweep):
+    """Every launch of the sweep finished, so the same command replayed every run again (a
+    50-run sweep interrupted at its last run started over). Now each run replayed before by the
+    same command keeps its results: the same table, no worker, no new replay; --fresh starts over."""
+    r, runs, full, first = sweep
+    before = sorted(p.name for run in runs for p in (r.home / "sweep" / "runs" / run / "logs").glob("launch-*"))
+    again = subprocess.run([sys.executable, "-m", "flor", "replay", "sweep", "--all", "--workers", "2", "--",
+                            sys.executable, "train.py"], cwd=r.cwd, env=r.env(), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stderr.count("done before by the same command, its results stand") == 4
+    assert "[r0 w0]" not in again.stdout
+    table = [line for line in first.stdout.splitlines() if not line.startswith("[r")]
+    assert [line for line in again.stdout.splitlines() if not line.startswith("[r")] == table
+    assert sorted(p.name for run in runs for p in (r.home / "sweep" / "runs" / run / "logs").glob("launch-*")) == before

@@ -138,8 +138,9 @@ class Launch:
 
     def __init__(self, store: ExperimentStore, run: str, command: list[str], *, workers: int | None,
                  gpus: list[str], epoch_range: tuple[int, int | None] | None, strong: bool,
-                 threads: int | None, fresh: bool, out: TextIO, err: TextIO) -> None:
+                 threads: int | None, fresh: bool, out: TextIO, err: TextIO, keep_finished: bool = False) -> None:
         self.store, self.run, self.command = store, run, command
+        self.keep_finished = keep_finished  # a sweep: a run replayed before by the same command is shown, not run
         self.meta = store.read_run(run)
         self.run_dir = store.run_path(run)
         self.layout = store.layout(run)
@@ -160,6 +161,7 @@ class Launch:
         if workers and workers > max(1, selected):  # a worker without an epoch would replay nothing
             workers = max(1, selected)
         self.workers = workers
+        self.done_before = False  # the launch found finished, every segment done (keep_finished)
         with _locked(self.layout.logs):  # two launches of one command: the second sees the first's claim
             earlier = None if fresh else self._resumable()
             if earlier is not None:  # claimed before it runs, or both would run the same segments
@@ -204,8 +206,11 @@ class Launch:
             return None
         newest = max(records, key=lambda r: float(r.get("started") or 0))
         wanted = {k: v for k, v in self._identity().items() if k != "workers" or self.workers}
-        if newest.get("status") == "finished" or any(newest.get(k) != v for k, v in wanted.items()):
+        if any(newest.get(k) != v for k, v in wanted.items()):
             return None
+        if newest.get("status") == "finished":
+            self.done_before = self.keep_finished
+            return newest if self.keep_finished else None
         if newest.get("status") == "running" and newest.get("host") == socket.gethostname() \
                 and newest.get("pid") and pid_alive(int(newest["pid"])):
             raise ConfigError(f"replay {newest['replay']} of this run is still running (flor replay, "
@@ -331,9 +336,12 @@ class Launch:
             else:
                 pending.append(s)
         what = f"epochs {span(self.within)}" if self.within is not None else f"all {self.estimate.plans[0].epochs} epochs"
-        resumed = f", resuming: {len(pending)} of {self.workers} segments left" if self.resumed else ""
+        tail = f", resuming: {len(pending)} of {self.workers} segments left" if self.resumed else ""
+        tail += f"; estimated {clock(self.estimate.total_s)}"
+        if self.done_before and not pending:
+            tail = ": done before by the same command, its results stand (--fresh replays it again)"
         self._emit(self.err, f"flor: replay {self.replay_id} of {self.store.name} run {self.run}: {what}, "
-                             f"{self.workers} workers{resumed}; estimated {clock(self.estimate.total_s)}\n")
+                             f"{self.workers} workers{tail}\n")
         for note in self._placement_notes():
             self._emit(self.err, f"flor: {note}\n")
         for s in pending:  # an earlier attempt's files go first, so its marks are not read as progress

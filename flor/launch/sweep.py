@@ -220,7 +220,8 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
             if not same:  # an atomic replace: a link planted at the path is replaced, never written through
                 store.backend.write(path.relative_to(store.root).as_posix(), sr.transplanted.encode())
         launch = Launch(store, sr.run, sr.command, workers=min(per_run, max(1, sr.meta.epochs)), gpus=gpus,
-                        epoch_range=None, strong=strong, threads=threads, fresh=fresh, out=out, err=err)
+                        epoch_range=None, strong=strong, threads=threads, fresh=fresh, out=out, err=err,
+                        keep_finished=True)
         launch.tag, launch.extra_env, launch._lock = f"r{i} ", sr.env, lock
         launches.append((sr, launch))
     executor.open()
