@@ -531,3 +531,17 @@ def test_a_resumed_launch_keeps_the_divergence_of_a_segment_done_before(rec):
     last = second.stderr.splitlines()[-1]
     assert last.startswith("flor: replay DIVERGED") and last.endswith("exit status 3 (--flor_lenient keeps 0)"), last
     assert second.returncode == 3
+
+
+def test_ctrl_c_before_a_launch_starts_is_one_line(monkeypatch, capsys):
+    """Ctrl-C while flor replay plans (reading many runs' manifests) was a KeyboardInterrupt
+    traceback; it is one line and exit status 130, as for any flor command."""
+    import flor.cli.replay
+    from flor.cli import main
+
+    def planning(name: str) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flor.cli.replay, "validate_name", planning)
+    assert main(["replay", "toy", "--all", "--", sys.executable, "train.py"]) == 130
+    assert capsys.readouterr().err == "\nflor: interrupted\n"
