@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import Runner, values
 from flor.launch.estimate import probed_blocks
-from flor.errors import FlorError
+from flor.errors import ConfigError, FlorError
 from flor.launch.executor import Executor
 from flor.launch.local import LocalExecutor
-from flor.launch.launcher import Launch, detect_gpus
+from flor.launch.launcher import Launch, detect_gpus, stop_workers
 from flor.logs import merge_newest
 from flor.store.runlogs import read_run_logs
 from flor.plan import make_plan
@@ -52,8 +55,8 @@ def flor_replay(r: Runner, *args: str, env: dict | None = None) -> subprocess.Co
                           capture_output=True, text=True, timeout=300)
 
 
-def replay_logs(r: Runner, replay: str) -> list[dict]:
-    run_dir = next((r.home / "toy" / "runs").iterdir())
+def replay_logs(r: Runner, replay: str, name: str = "toy") -> list[dict]:
+    run_dir = next((r.home / name / "runs").iterdir())
     return [x for x in read_run_logs(run_dir, run_dir.name) if x["replay"] == replay]
 
 
@@ -350,3 +353,196 @@ def test_a_worker_that_cannot_start_ends_the_launch_as_failed(rec, tmp_path, mon
     python.symlink_to(sys.executable)
     again = flor_replay(rec, "--workers", "2", "--", *command)
     assert again.returncode == 0 and "resuming: 2 of 2 segments left" in again.stderr, again.stderr
+
+
+def test_two_launches_that_resume_one_replay_at_once_run_it_once(rec, monkeypatch):
+    """Two `flor replay` commands started together after a failed launch both find it unfinished.
+    The first claims it as it starts; the second then says it is running (the CLI's exit 2),
+    instead of running the same segments beside it (every value logged twice in one file)."""
+    monkeypatch.chdir(rec.cwd)
+    store = ExperimentStore(rec.home, "toy")
+    run = store.resolve_run(None)
+    command = [sys.executable, "outer.py", "--epochs", str(EPOCHS), "--claimed"]  # this test's launches only
+    kw = dict(workers=2, gpus=[], epoch_range=None, strong=False, threads=None, out=io.StringIO(), err=io.StringIO())
+    failed = Launch(store, run, command, fresh=True, **kw)
+    failed.write_record("failed")
+    first = Launch(store, run, command, fresh=False, **kw)  # its workers not started yet
+    assert first.resumed and first.replay_id == failed.replay_id
+    with pytest.raises(ConfigError, match=f"replay {failed.replay_id} of this run is still running"):
+        Launch(store, run, command, fresh=False, **kw)
+    first.write_record("finished")
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie: ended
+    except OSError:
+        return True
+
+
+SLEEPY = ["--workers", "2", "--", sys.executable, "sleepy.py", "--epochs", str(EPOCHS)]
+
+
+def _launch_until_both_run(rec: Runner) -> tuple[subprocess.Popen, list[int], list[str]]:
+    """``flor replay`` of a slowed-down outer.py, two workers; returns once both are in their loops."""
+    rec.script(edits={"    # OUTER": "    __import__('time').sleep(0.3)",  # quiet after epoch 0: a closed pipe never ends it
+                      '    print(f"epoch {epoch}': '    if epoch == 0: print(f"epoch {epoch}',
+                      'step {step}")': 'step {step}", flush=True)'}, dest="sleepy.py")
+    proc = subprocess.Popen([sys.executable, "-m", "flor", "replay", "toy", "--fresh", *SLEEPY], cwd=rec.cwd,
+                            env=rec.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGHUP)])
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # both in their epoch loops: worker 1's first note is printed there
+        seen.append(line)
+        if any(x.startswith("[w0] epoch 0 ") for x in seen) and \
+                any(x.startswith("[w1] flor: outer-loop variables restored") for x in seen):
+            break
+    workers = _children(proc.pid)
+    assert len(workers) == 2, "".join(seen)
+    return proc, workers, seen
+
+
+def _ended(proc: subprocess.Popen, workers: list[int], seen: list[str]) -> str:
+    """The launcher's remaining output once it ended (a hang bound, not a timing)."""
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        for pid in (*workers, proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("the launcher still waits on its workers:\n" + "".join(seen))
+    return out
+
+
+def test_ctrl_c_ends_a_launch_whose_worker_is_stopped(rec):
+    """A worker stopped by SIGSTOP (a busy node, a Ctrl-Z) does not act on SIGTERM until it is
+    continued: the launcher's Ctrl-C waited on it for ever. Now it is continued with its SIGTERM,
+    the launch ends as failed (exit 1) and the same command resumes it."""
+    proc, workers, seen = _launch_until_both_run(rec)
+    os.kill(workers[0], signal.SIGSTOP)
+    proc.send_signal(signal.SIGINT)
+    out = _ended(proc, workers, seen)
+    assert proc.returncode == 1, out
+    assert "flor: interrupted; run the same command again" in out
+    assert all(_gone(pid) for pid in workers)
+    again = flor_replay(rec, *SLEEPY)
+    assert again.returncode == 0 and "resuming:" in again.stderr, again.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_launcher_takes_its_workers_along_and_resumes(rec, sig):
+    """SIGTERM (``kill``, a scheduler) ended the launcher alone, like SIGKILL: its workers replayed
+    on, unwatched, beside the resumed launch's workers, whose files they shared. Now SIGTERM stops
+    them as Ctrl-C does (exit 1, launch recorded failed), and after a SIGKILL they end with it;
+    the same command then replays every epoch once."""
+    proc, workers, seen = _launch_until_both_run(rec)
+    proc.send_signal(sig)
+    out = _ended(proc, workers, seen)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 1 and "flor: interrupted; run the same command again" in out, out
+    for _ in range(600):  # after a SIGKILL the workers end by themselves: bounded, not timed
+        if all(_gone(pid) for pid in workers):
+            break
+        time.sleep(0.1)
+    assert all(_gone(pid) for pid in workers), "a worker outlived its launcher"
+    again = flor_replay(rec, *SLEEPY)
+    assert again.returncode == 0 and "resuming: 2 of 2 segments left" in again.stderr, again.stderr
+    run_dir = next((rec.home / "toy" / "runs").iterdir())
+    for w in range(2):  # each killed worker was stopped, not left to finish (or to die of the closed pipe)
+        summary = run_dir / "attempts" / f"{replay_id(again)}-{w}-0" / f"replay-{replay_id(again)}-{w}.summary.json"
+        if summary.exists():  # one stopped in its first epochs may have had none to write
+            assert json.loads(summary.read_text())["exit"] == "terminated"
+    epochs = sorted(x["epoch"] for x in replay_logs(rec, replay_id(again)) if x["name"] == "acc")
+    assert epochs == list(range(EPOCHS))
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace():
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    state = WorkerState(0, make_plan(4, 0, 1, range(4)))
+    state.handle = LocalExecutor().start(0, [sys.executable, "-c", code], dict(os.environ), threads=1)
+    assert next(iter(state.handle.lines())) == "ready\n"
+    stop_workers([state], grace_s=0.5)
+    assert state.rc == -signal.SIGKILL
+
+
+def test_more_workers_than_epochs_replay_with_one_worker_an_epoch(rec):
+    """--workers 8 for 2 epochs planned 6 workers with nothing to replay: never started, they were
+    listed as missing and the last line said 'replay FAILED (6 of 8 workers did not finish)' under
+    exit status 0. Now the launch has one worker an epoch, says so, and verifies."""
+    proc = flor_replay(rec, "--workers", "8", "--epochs", "4:6", "--", sys.executable, "outer.py", "--epochs", str(EPOCHS))
+    assert proc.returncode == 0, proc.stderr
+    assert "flor: --workers 8: 2 epoch(s) to replay, so 2 worker(s)" in proc.stderr
+    assert "missing" not in proc.stderr and proc.stderr.splitlines()[-1].startswith("flor: replay verified exact")
+    full = values(rec.logs("full"), "record")
+    assert values(replay_logs(rec, replay_id(proc))) == {k: v for k, v in full.items() if k[1] in (4, 5)}
+
+
+def test_a_launch_of_a_live_recording_replays_the_epochs_it_planned(tmp_path, monkeypatch):
+    """The launcher planned the epochs a live recording had finished; each worker read the run
+    again as it started, by then further along (here finished), and replayed its share of other
+    segments: every worker 'failed' (exit 1). The workers now replay the epochs planned."""
+    r = Runner(tmp_path)
+    gate = tmp_path / "gate"
+    script = r.script(edits={"    # OUTER": "    while epoch == 2 and not __import__('os').path.exists("
+                                          f"{str(gate)!r}): __import__('time').sleep(0.05)"})
+    recording = subprocess.Popen([sys.executable, str(script), "--epochs", str(EPOCHS), "--flor", "live"],
+                                 cwd=r.cwd, env=r.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        run_json = None
+        for _ in range(1200):  # until 2 epochs are done: the third waits for the gate
+            found = list((r.home / "live" / "runs").glob("*/run.json"))
+            if found and json.loads(found[0].read_text()).get("epochs_done") == 2:
+                run_json = found[0]
+                break
+            time.sleep(0.1)
+        assert run_json is not None, "the recording never finished 2 epochs"
+        monkeypatch.chdir(r.cwd)
+        for key, value in r.env().items():
+            monkeypatch.setenv(key, value)
+        store = ExperimentStore(r.home, "live")
+        err = io.StringIO()
+        launch = Launch(store, run_json.parent.name, [sys.executable, script.name, "--epochs", str(EPOCHS)], workers=2,
+                        gpus=[], epoch_range=None, strong=False, threads=None, fresh=True, out=io.StringIO(), err=err)
+        gate.touch()
+        assert recording.wait(timeout=120) == 0  # the recording finished all its epochs before the workers start
+    finally:
+        recording.kill()
+        recording.wait()
+    assert launch.execute(LocalExecutor()) == 0, err.getvalue()
+    assert "flor: replay verified exact: 2 blocks restored" in err.getvalue()
+    assert sorted(x["epoch"] for x in replay_logs(r, launch.replay_id, "live") if x["name"] == "acc") == [0, 1]
+
+
+def test_a_resumed_launch_keeps_the_divergence_of_a_segment_done_before(rec):
+    """Worker 0 diverged (exit 3) while worker 1 was killed; the same command resumed only worker
+    1, which verified, and exited 0 under a merged summary ending 'replay DIVERGED ... exit
+    status 3'. The exit status now counts the segments done before the resume too."""
+    rec.script(edits={**PROBED, **OUTER, "xb = xb + 0.01 * torch": "xb = xb + (0.02 if epoch < 3 else 0.01) * torch"},
+               dest="diverge.py")
+    cmd = ["--workers", "2", "--", sys.executable, "diverge.py", "--epochs", str(EPOCHS)]
+    first = flor_replay(rec, *cmd, env=rec.env(KILL_AT="4"))
+    assert first.returncode == 1 and "worker 1 (epochs 3-5) failed: killed by SIGKILL" in first.stderr, first.stderr
+    second = flor_replay(rec, *cmd)
+    assert "resuming: 1 of 2 segments left" in second.stderr, second.stderr
+    last = second.stderr.splitlines()[-1]
+    assert last.startswith("flor: replay DIVERGED") and last.endswith("exit status 3 (--flor_lenient keeps 0)"), last
+    assert second.returncode == 3
+
+
+def test_ctrl_c_before_a_launch_starts_is_one_line(monkeypatch, capsys):
+    """Ctrl-C while flor replay plans (reading many runs' manifests) was a KeyboardInterrupt
+    traceback; it is one line and exit status 130, as for any flor command."""
+    import flor.cli.replay
+    from flor.cli import main
+
+    def planning(name: str) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flor.cli.replay, "validate_name", planning)
+    assert main(["replay", "toy", "--all", "--", sys.executable, "train.py"]) == 130
+    assert capsys.readouterr().err == "\nflor: interrupted\n"

@@ -6,6 +6,7 @@ value equals a full re-execution of that run's own script version with the metri
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -150,3 +151,74 @@ def test_the_merged_summary_says_the_exit_status_of_a_divergence(tmp_path, lenie
     text = merged_summary(tmp_path, "r1", 2)["text"]
     last = text.splitlines()[-1]
     assert last.startswith("flor: replay DIVERGED") and last.endswith(status), text
+
+
+def test_an_interrupted_sweep_counts_its_queued_runs_as_not_done_and_resumes_them(tmp_path):
+    """Ctrl-C while one run replays and the next waits in the queue: the queued run's launch was
+    concluded with no worker, so it counted as replayed and its record said 'finished' (an
+    interruption between two runs exited 0). Now every run not done is failed, the exit status
+    is 1, and the same command replays both, each epoch once."""
+    r = Runner(tmp_path)
+    r.script(edits={"    # OUTER": "    __import__('time').sleep(0.3)",
+                    'step {step}")': 'step {step}", flush=True)'}, dest="train.py")
+    for seed in ("0", "1"):
+        r.run(r.cwd / "train.py", "--epochs", EPOCHS, "--seed", seed, "--flor", "stop")
+    runs = sorted(p.name for p in (r.home / "stop" / "runs").iterdir())
+    r.script(edits={"    # OUTER": "    __import__('time').sleep(0.3)\n" + TODAY["    # OUTER"],
+                    'step {step}")': 'step {step}", flush=True)'}, dest="train.py")
+    cmd = [sys.executable, "-m", "flor", "replay", "stop", "--all", "--workers", "1", "--", sys.executable, "train.py"]
+    proc = subprocess.Popen(cmd, cwd=r.cwd, env=r.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("[r0 w0] epoch 0 "):
+            proc.send_signal(signal.SIGINT)
+            break
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out
+    assert "flor: sweep: 2 failed; exit status 1" in out and "(today)  failed   -" in out
+    assert "worker 0 (epochs 0-2) failed: not started" in out
+    records = [json.loads(p.read_text()) for run in runs for p in (r.home / "stop" / "runs" / run / "logs").glob("launch-*")]
+    assert sorted(x["status"] for x in records) == ["failed", "failed"]
+    again = subprocess.run(cmd, cwd=r.cwd, env=r.env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "flor: sweep: 2 replayed; exit status 0" in again.stdout, again.stdout + again.stderr
+    assert again.stderr.count("resuming: 1 of 1 segments left") == 2
+    for run in runs:
+        assert len(_replayed(r, "stop", run)["wnorm"]) == 3
+
+
+def test_a_run_without_epochs_is_refused_alone_and_skipped_in_a_sweep(tmp_path):
+    """A recording that finished no epoch (its loop ran 0 times, or it crashed in the first) was
+    launched with one worker that replayed nothing: 'replay FAILED (1 of 1 workers did not
+    finish)' under exit status 0, and in a sweep a 'failed' row counted as replayed. Now one line
+    and exit 2 alone; skipped with the reason in a sweep (exit 1)."""
+    r = Runner(tmp_path)
+    (r.cwd / "empty.py").write_text("import sys\nimport flor\nfor epoch in flor.it(range(int(sys.argv[1]))):\n    pass\n")
+    r.run(r.cwd / "empty.py", "0", "--flor", "empty")
+    run = next((r.home / "empty" / "runs").iterdir()).name
+    alone = r.flor("replay", "empty", "--", sys.executable, "empty.py", "0", check=False)
+    assert alone.returncode == 2 and alone.stderr == (
+        f"flor: error: run {run} of empty recorded no finished epoch (status finished): there is nothing to replay; "
+        f"`flor show empty {run}` shows what it recorded\n"), alone.stderr
+    sweep = r.flor("replay", "empty", "--all", "--", sys.executable, "empty.py", check=False)
+    assert sweep.returncode == 1, sweep.stdout + sweep.stderr
+    assert f"flor: run {run} skipped: it recorded no finished epoch (status finished)" in sweep.stderr
+    assert "flor: sweep: 1 skipped; exit status 1" in sweep.stdout
+    assert not list((r.home / "empty" / "runs" / run / "logs").glob("launch-*"))  # nothing launched
+
+
+def test_the_same_command_again_shows_the_sweep_without_replaying_it(sweep):
+    """Every launch of the sweep finished, so the same command replayed every run again (a
+    50-run sweep interrupted at its last run started over). Now each run replayed before by the
+    same command keeps its results: the same table, no worker, no new replay; --fresh starts over."""
+    r, runs, full, first = sweep
+    before = sorted(p.name for run in runs for p in (r.home / "sweep" / "runs" / run / "logs").glob("launch-*"))
+    again = subprocess.run([sys.executable, "-m", "flor", "replay", "sweep", "--all", "--workers", "2", "--",
+                            sys.executable, "train.py"], cwd=r.cwd, env=r.env(), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stderr.count("done before by the same command, its results stand") == 4
+    assert "[r0 w0]" not in again.stdout
+    table = [line for line in first.stdout.splitlines() if not line.startswith("[r")]
+    assert [line for line in again.stdout.splitlines() if not line.startswith("[r")] == table
+    assert sorted(p.name for run in runs for p in (r.home / "sweep" / "runs" / run / "logs").glob("launch-*")) == before

@@ -117,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         except BrokenPipeError:
             return 0
+        except KeyboardInterrupt:  # Ctrl-C (or, in flor replay, SIGTERM) before a launch could catch it
+            print("\nflor: interrupted", file=sys.stderr)
+            return 130
 
 
 def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 0
     if args.ray is None:
         _check_command(command)
+    _stop_on_termination()
     return run_launch(store, run, command, executor=_executor(args.ray), workers=args.workers, gpus=gpus,
                       epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh)
 
@@ -92,8 +94,22 @@ def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
     if args.dry_run:
         print_dry_run(store, plan, _script_name(args.cmd), sys.stdout)
         return 0 if not any(sr.skipped for sr in plan) else 1
+    _stop_on_termination()
     return run_sweep(store, plan, executor=_executor(args.ray), workers=args.workers, gpus=detect_gpus(args.gpus),
                      strong=args.strong, threads=threads, fresh=args.fresh)
+
+
+def _stop_on_termination() -> None:
+    """SIGTERM and SIGHUP (``kill``, a closed terminal, a scheduler) end a launch as Ctrl-C does:
+    the workers are stopped and awaited and the launch record says it failed, so the same command
+    resumes it. Python's default ended the launcher alone: its workers ran on, unwatched, beside
+    the resumed launch's. A signal ignored (``nohup``) stays ignored."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, interrupt)
 
 
 #: a GPU as CUDA_VISIBLE_DEVICES names it: an index, or a GPU-/MIG- UUID as nvidia-smi -L prints it

@@ -31,7 +31,8 @@ class Worker(Protocol):
         ...
 
     def stop(self) -> None:
-        """Ask it to end (Ctrl-C in the launcher); :meth:`wait` then gives its status."""
+        """Ask it to end (Ctrl-C in the launcher); called again, end it at once; :meth:`wait` then
+        gives its status."""
         ...
 
     def wait(self) -> int:

@@ -25,6 +25,8 @@ started ones are stopped, the record says ``failed`` with the reason, and the CL
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import socket
@@ -33,7 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, Iterator, Sequence, TextIO
 
 from .._fmt import clock, progress, span
 from ..errors import ConfigError, FlorError
@@ -51,6 +53,9 @@ from .report import merged_summary
 from .workers import WorkerState, failure
 
 __all__ = ["Launch", "abort_launches", "detect_gpus", "run_launch", "start_error", "stop_workers"]
+
+#: seconds a worker asked to stop may take to end by itself (its summary, a bounded flush)
+STOP_GRACE_S = 30.0
 
 _PLACEMENT_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
@@ -92,6 +97,26 @@ def _sha256(path: Path | None) -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (released when the process dies, even by SIGKILL):
+    the launches of one run read and claim its launch records one at a time. A folder that
+    cannot be opened or locked (missing, or a filesystem without locks) is not locked."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -113,8 +138,9 @@ class Launch:
 
     def __init__(self, store: ExperimentStore, run: str, command: list[str], *, workers: int | None,
                  gpus: list[str], epoch_range: tuple[int, int | None] | None, strong: bool,
-                 threads: int | None, fresh: bool, out: TextIO, err: TextIO) -> None:
+                 threads: int | None, fresh: bool, out: TextIO, err: TextIO, keep_finished: bool = False) -> None:
         self.store, self.run, self.command = store, run, command
+        self.keep_finished = keep_finished  # a sweep: a run replayed before by the same command is shown, not run
         self.meta = store.read_run(run)
         self.run_dir = store.run_path(run)
         self.layout = store.layout(run)
@@ -123,12 +149,25 @@ class Launch:
         self.out, self.err = out, err
         self.script = _script_of(command)
         n_epochs = self.meta.epochs
+        if n_epochs == 0:
+            raise ConfigError(f"run {run} of {store.name} recorded no finished epoch (status {self.meta.status_text()}): "
+                              f"there is nothing to replay; `flor show {store.name} {run}` shows what it recorded")
         self.within = select(n_epochs, epoch_range) if epoch_range else None
         if self.within is not None and len(self.within) == 0:
             raise ConfigError(f"--epochs {epoch_range[0]}:{epoch_range[1] if epoch_range[1] is not None else ''} "
                               f"selects no epoch of run {run}, which has epochs 0 to {n_epochs - 1}")
+        selected = len(self.within) if self.within is not None else n_epochs
+        self.asked = workers  # --workers, when more than the epochs: said in the notes
+        if workers and workers > max(1, selected):  # a worker without an epoch would replay nothing
+            workers = max(1, selected)
         self.workers = workers
-        earlier = None if fresh else self._resumable()
+        self.done_before = False  # the launch found finished, every segment done (keep_finished)
+        with _locked(self.layout.logs):  # two launches of one command: the second sees the first's claim
+            earlier = None if fresh else self._resumable()
+            if earlier is not None:  # claimed before it runs, or both would run the same segments
+                self.store.write_json(self.store.run_key(run, "logs", self.layout.launch_record(earlier["replay"]).name),
+                                      {**earlier, "status": "running", "pid": os.getpid(),
+                                       "host": socket.gethostname()}, durable=False)
         if earlier is not None:  # resuming: the same segments as before
             workers = int(earlier["workers"])
         elif not workers:
@@ -167,8 +206,11 @@ class Launch:
             return None
         newest = max(records, key=lambda r: float(r.get("started") or 0))
         wanted = {k: v for k, v in self._identity().items() if k != "workers" or self.workers}
-        if newest.get("status") == "finished" or any(newest.get(k) != v for k, v in wanted.items()):
+        if any(newest.get(k) != v for k, v in wanted.items()):
             return None
+        if newest.get("status") == "finished":
+            self.done_before = self.keep_finished
+            return newest if self.keep_finished else None
         if newest.get("status") == "running" and newest.get("host") == socket.gethostname() \
                 and newest.get("pid") and pid_alive(int(newest["pid"])):
             raise ConfigError(f"replay {newest['replay']} of this run is still running (flor replay, "
@@ -215,6 +257,8 @@ class Launch:
         if self.epoch_range:
             a, b = self.epoch_range
             env["FLOR_EPOCHS"] = f"{a}:{'' if b is None else b}"
+        elif self.meta.status == "running":  # a live recording finishes more epochs meanwhile: the planned ones
+            env["FLOR_EPOCHS"] = f"0:{self.meta.epochs}"
         if self.strong:
             env["FLOR_STRONG"] = "1"
         if self.threads:
@@ -292,9 +336,12 @@ class Launch:
             else:
                 pending.append(s)
         what = f"epochs {span(self.within)}" if self.within is not None else f"all {self.estimate.plans[0].epochs} epochs"
-        resumed = f", resuming: {len(pending)} of {self.workers} segments left" if self.resumed else ""
+        tail = f", resuming: {len(pending)} of {self.workers} segments left" if self.resumed else ""
+        tail += f"; estimated {clock(self.estimate.total_s)}"
+        if self.done_before and not pending:
+            tail = ": done before by the same command, its results stand (--fresh replays it again)"
         self._emit(self.err, f"flor: replay {self.replay_id} of {self.store.name} run {self.run}: {what}, "
-                             f"{self.workers} workers{resumed}; estimated {clock(self.estimate.total_s)}\n")
+                             f"{self.workers} workers{tail}\n")
         for note in self._placement_notes():
             self._emit(self.err, f"flor: {note}\n")
         for s in pending:  # an earlier attempt's files go first, so its marks are not read as progress
@@ -367,7 +414,11 @@ class Launch:
         self.write_record("finished" if not failed else "failed", {k: v for k, v in summary.items() if k != "text"})
         if failed:
             return 1, summary
-        return (3 if any(s.rc == 3 for s in pending) else 0), summary
+        earlier = [read_summary(self.layout.replay_summary(self.replay_id, s.index)) or {}  # done before a resume
+                   for s in self.states if s.skipped and len(s.plan.segment)]
+        diverged = any(s.rc == 3 for s in pending) or any(
+            x.get("verdict") == "diverged" and not x.get("lenient") for x in earlier)
+        return (3 if diverged else 0), summary
 
     def _header(self) -> str:
         took = time.time() - self.started
@@ -377,6 +428,8 @@ class Launch:
     def _placement_notes(self) -> list[str]:
         notes = []
         t, n = self.estimate.threads, self.workers
+        if self.asked and self.asked > n:
+            notes.append(f"--workers {self.asked}: {n} epoch(s) to replay, so {n} worker(s)")
         if not self.gpus and n * t > cores():
             notes.append(f"{n} workers x {t} torch thread(s) exceed this machine's {cores()} cores; each worker keeps "
                          f"the recorded thread count for bit-exact values (--threads trades that for speed)")
@@ -388,15 +441,25 @@ class Launch:
         return notes
 
 
-def stop_workers(states: Sequence[WorkerState]) -> None:
+def stop_workers(states: Sequence[WorkerState], grace_s: float = STOP_GRACE_S) -> None:
     """Ask every started worker that still runs to end, then wait for each (Ctrl-C, or a launch
-    that cannot go on)."""
-    for s in states:
-        if s.handle is not None and s.rc is None:
-            s.handle.stop()
-    for s in states:
-        if s.handle is not None and s.rc is None:
-            s.rc, s.exited = s.handle.wait(), time.time()
+    that cannot go on). One that has not ended after ``grace_s`` seconds, or when Ctrl-C comes
+    again meanwhile, is stopped at once (a stuck worker, one that ignores SIGTERM): the
+    launcher never waits on it for ever."""
+    running = [s for s in states if s.handle is not None and s.rc is None]
+    for s in running:
+        s.handle.stop()
+    deadline = time.monotonic() + grace_s
+    try:
+        while time.monotonic() < deadline and any(s.handle.poll() is None for s in running):
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        pass  # asked again: no more waiting
+    for s in running:
+        if s.handle.poll() is None:
+            s.handle.stop()  # the second time: at once
+    for s in running:
+        s.rc, s.exited = s.handle.wait(), time.time()
 
 
 def start_error(s: WorkerState, exc: BaseException) -> str:

@@ -126,6 +126,9 @@ def plan_sweep(store: ExperimentStore, runs: Sequence[str], command: Sequence[st
         meta = store.read_run(run)
         sr = SweepRun(run, meta)
         out.append(sr)
+        if meta.epochs == 0:
+            sr.skipped = f"it recorded no finished epoch (status {meta.status_text()}): there is nothing to replay"
+            continue
         args = list(meta.argv)[1:]
         secret = next((i for i, w in enumerate(args) if "***" in w), None)
         if secret is not None:
@@ -217,7 +220,8 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
             if not same:  # an atomic replace: a link planted at the path is replaced, never written through
                 store.backend.write(path.relative_to(store.root).as_posix(), sr.transplanted.encode())
         launch = Launch(store, sr.run, sr.command, workers=min(per_run, max(1, sr.meta.epochs)), gpus=gpus,
-                        epoch_range=None, strong=strong, threads=threads, fresh=fresh, out=out, err=err)
+                        epoch_range=None, strong=strong, threads=threads, fresh=fresh, out=out, err=err,
+                        keep_finished=True)
         launch.tag, launch.extra_env, launch._lock = f"r{i} ", sr.env, lock
         launches.append((sr, launch))
     executor.open()
@@ -278,15 +282,15 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
         bar.close()
     for _, launch in launches:
         launch._bar = None
-    return _conclude(store, plan, launches, started, out, err)
+    return _conclude(store, plan, launches, out, err)
 
 
 def _conclude(store: ExperimentStore, plan: list[SweepRun], launches: list[tuple[SweepRun, Launch]],
-              started: list[tuple[Launch, WorkerState, int]], out: TextIO, err: TextIO) -> int:
+              out: TextIO, err: TextIO) -> int:
     rows, codes, names = [], [], []
     results: dict[str, tuple[str, Launch, dict]] = {}
     for sr, launch in launches:
-        mine = [s for L, s, _ in started if L is launch]
+        mine = [s for s in launch.states if not s.skipped]  # started or not: a sweep interrupted leaves some queued
         for s in mine:
             s.read_marks(launch.marks(s))
         rc, summary = launch.finish(mine, show=False)
@@ -299,7 +303,8 @@ def _conclude(store: ExperimentStore, plan: list[SweepRun], launches: list[tuple
     for sr in plan:
         if sr.run in results:
             verdict, launch, summary = results[sr.run]
-            values = _hindsight_values(store, sr.run, launch.replay_id, summary.get("hindsight") or [])
+            values = {} if verdict == "failed" else _hindsight_values(  # a part of the epochs: not the last value
+                store, sr.run, launch.replay_id, summary.get("hindsight") or [])
         else:
             verdict, values = "skipped", {}
         what = "today" if sr.version.startswith("today") else "recorded+log" if sr.transplanted else "-"

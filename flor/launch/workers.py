@@ -86,6 +86,7 @@ class WorkerState:
 
 
 def failure(s: WorkerState) -> str:
-    why = signal_name(s.rc) if s.rc not in (None, 0) else "no summary was written"
+    why = ("not started" if s.handle is None else signal_name(s.rc) if s.rc not in (None, 0)
+           else "no summary was written")
     lines = "\n".join(f"      {line}" for line in s.tail) or "      (no output)"
     return (f"worker {s.index} (epochs {span(s.plan.segment)}) failed: {why}; its last lines:\n{lines}")
