@@ -18,6 +18,7 @@ from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
+from .bindings import block_site, stale_at_end, unbound_given, warn_bindings
 from .exits import watch_exits
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import (
@@ -109,6 +110,7 @@ class RecordSession(Checkpointing, Session):
         self.generators_watched: dict[str, list] = {}  # block -> its first entry's generators (flor.engine.objects)
         self.containers_watched: dict[str, list] = {}  # block -> its first entry's lists, dicts (flor.engine.objects)
         self.generators_drawn: dict[str, list] = {}  # block -> those its first run drew from, not given to end()
+        self.sites: dict[str, Any] = {}  # block -> where its first entry was, the names bound (flor.engine.bindings)
         self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
         self.carried_grad: CarriedGrad | None = None
         self.passed_ids: set[int] = set()
@@ -249,6 +251,7 @@ class RecordSession(Checkpointing, Session):
             frame = caller_frame()
             self.generators_watched[name] = watch_generators(frame)
             self.containers_watched[name] = watch_containers(frame)
+            self.sites[name] = block_site(frame)
         else:  # its second: does it draw on from where its first run left a generator, or a gradient?
             if name in self.generators_drawn:
                 warn_generators(name, self.generators_drawn.pop(name))
@@ -281,6 +284,8 @@ class RecordSession(Checkpointing, Session):
             warn_forgotten(name, objs)
             self.generators_drawn[name] = drawn_generators(self.generators_watched.pop(name, []), objs)
             warn_containers(name, grown_containers(self.containers_watched.pop(name, []), objs))
+            site, frame = self.sites.pop(name, None), caller_frame()
+            warn_bindings(name, stale_at_end(site, frame), unbound_given(site, frame, objs))
             self.grad_probes[name] = grad_probe(objs)
         if self.carried_grad is not None:  # its second run: did it add to the gradients the first left?
             if self.carried_grad.close() and name not in self.meta.grads_carried:

@@ -21,7 +21,8 @@ from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
 from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
-from .objects import arity_message, forgotten_in_replay
+from .bindings import block_site, stale_at_end, stale_note
+from .objects import arity_message, caller_frame, forgotten_in_replay
 from .outer import LoopFrame, decode, left_normally, read_outer_state
 from .session import Session, as_result
 from ..placement import new_replay_id, pid_alive
@@ -84,6 +85,7 @@ class ReplaySession(Session):
         self._sound: set[tuple] = set()  # manifests read and found intact (``_drop_damaged``)
         self.notes: list[str] = []
         self.forgotten_checked: set[str] = set()  # blocks whose end() was looked at for a scheduler left out
+        self.sites: dict[str, Any] = {}  # block -> where it is entered (flor.engine.bindings), until first restored
         if picked:
             self.note(picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
@@ -370,6 +372,8 @@ class ReplaySession(Session):
     def step_into(self, name: str, probed: bool) -> bool:
         _, epoch, occ = self.open_block(name)
         self._check_recorded(name, epoch, occ)
+        if name not in self.forgotten_checked and name not in self.sites:
+            self.sites[name] = block_site(caller_frame())
         checkpointed = (name, epoch, occ) in self.available
         action = block_action(checkpointed=checkpointed, probed=probed, initializing=self.initializing)
         manifest = cache = None
@@ -521,7 +525,8 @@ class ReplaySession(Session):
         if action == "restore":
             if name not in self.forgotten_checked:  # once a block, as the recording warned
                 self.forgotten_checked.add(name)
-                for text in forgotten_in_replay(name, objs):
+                stale = stale_at_end(self.sites.pop(name, None), caller_frame())  # read after it, left as they were
+                for text in list(forgotten_in_replay(name, objs)) + stale_note(name, stale):
                     self.note(text)
             objs = self._restore(manifest, cache, objs)
         elif manifest is None:
