@@ -497,8 +497,18 @@ class ReplaySession(Session):
         from ..state.grads import restore_grads
 
         t0 = time.perf_counter()
-        restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
-                               pickles=self._pickles(manifest))
+        try:
+            restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
+                                   pickles=self._pickles(manifest))
+        except StateError as exc:
+            first = self.plan.first if self.plan is not None else 0
+            if first == 0:
+                raise
+            # the loop code of the epochs before this worker's did not run here: a head grown or an
+            # optimizer re-created at one of them is not in the objects now
+            raise StateError(f"{exc}; this worker starts at epoch {first} without running the loop's code of the "
+                             "epochs before it: if that code changes what the block uses (a layer replaced, an "
+                             "optimizer re-created at some epoch), replay with --flor_strong") from exc
         if "grads" in manifest:  # the block adds to them in its next run (flor.state.grads)
             restore_grads(restored, manifest["grads"], cache.__getitem__)
         self.io["restore_s"] += time.perf_counter() - t0
