@@ -191,3 +191,57 @@ def stale_note(name: str, stale: list[str]) -> list[str]:
             f"where {name!r} is restored, `{var}` keeps the value it had before the block (or is not defined), "
             f"unlike a full re-execution; pass it to end() (and bind it before the loop) and record again"
             for var in stale]
+
+
+# -- a module's plain attributes -------------------------------------------------------------
+
+_PLAIN = (bool, int, float, str, list, dict, tuple)
+
+
+def _module_attrs(variables: dict) -> dict[tuple[int, str], object]:
+    import torch
+
+    out: dict[tuple[int, str], object] = {}
+    for var, value in variables.items():
+        if not isinstance(value, torch.nn.Module) or var.startswith("__"):
+            continue
+        for sub, m in value.named_modules():
+            for attr, v in vars(m).items():
+                if not attr.startswith("_") and attr != "training" and type(v) in _PLAIN:
+                    key = f"{var}.{sub}.{attr}" if sub else f"{var}.{attr}"
+                    out[(id(value), key)] = (type(v), len(v)) if isinstance(v, (list, dict, tuple)) else v
+    return out
+
+
+def watch_module_attrs(frame: FrameType | None) -> dict[tuple[int, str], object]:
+    """The plain attributes (numbers, strings, lengths of lists and dicts) of the modules among
+    the variables of ``frame``, taken as a block is first entered. Never raises."""
+    try:
+        from .objects import frame_variables
+
+        return _module_attrs(frame_variables(frame))
+    except Exception:  # noqa: BLE001 - advice only
+        return {}
+
+
+def warn_module_attrs(name: str, watched: dict[tuple[int, str], object], frame: FrameType | None,
+                      objs: tuple) -> None:
+    """Warn about each plain attribute of a module given to ``end(*objs)`` that block ``name``
+    changed (``model.temperature *= 0.9``, a list it appends to): a module is checkpointed
+    through its ``state_dict``, which does not hold them, so a replay that restores the block
+    leaves them as they were. Never raises, even under ``-W error``: it only advises."""
+    from ..errors import warn
+
+    try:
+        from .objects import _passed, frame_variables
+
+        given = _passed(objs)
+        now = _module_attrs(frame_variables(frame))
+        for (root, key), before in watched.items():
+            if root in given and (root, key) in now and now[(root, key)] != before:
+                warn(f"SkipBlock.end({name!r}): the block changed `{key}`, a plain attribute of a module given to "
+                     "end(): a module is checkpointed through its state_dict, which does not hold it, so a replay "
+                     f"that restores {name!r} leaves `{key}` as it was; keep it in a buffer "
+                     "(module.register_buffer) or pass end() an object that holds it")
+    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
+        return

@@ -18,7 +18,9 @@ from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
-from .bindings import block_site, stale_at_end, unbound_given, warn_bindings
+from .bindings import (
+    block_site, stale_at_end, unbound_given, warn_bindings, warn_module_attrs, watch_module_attrs,
+)
 from .exits import watch_exits
 from .outer import LoopFrame, OuterStateWriter, left_normally
 from .objects import (
@@ -111,6 +113,7 @@ class RecordSession(Checkpointing, Session):
         self.containers_watched: dict[str, list] = {}  # block -> its first entry's lists, dicts (flor.engine.objects)
         self.generators_drawn: dict[str, list] = {}  # block -> those its first run drew from, not given to end()
         self.sites: dict[str, Any] = {}  # block -> where its first entry was, the names bound (flor.engine.bindings)
+        self.module_attrs: dict[str, dict] = {}  # block -> its first entry's module attributes (ditto)
         self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
         self.carried_grad: CarriedGrad | None = None
         self.passed_ids: set[int] = set()
@@ -252,6 +255,7 @@ class RecordSession(Checkpointing, Session):
             self.generators_watched[name] = watch_generators(frame)
             self.containers_watched[name] = watch_containers(frame)
             self.sites[name] = block_site(frame)
+            self.module_attrs[name] = watch_module_attrs(frame)
         else:  # its second: does it draw on from where its first run left a generator, or a gradient?
             if name in self.generators_drawn:
                 warn_generators(name, self.generators_drawn.pop(name))
@@ -286,6 +290,7 @@ class RecordSession(Checkpointing, Session):
             warn_containers(name, grown_containers(self.containers_watched.pop(name, []), objs))
             site, frame = self.sites.pop(name, None), caller_frame()
             warn_bindings(name, stale_at_end(site, frame), unbound_given(site, frame, objs))
+            warn_module_attrs(name, self.module_attrs.pop(name, {}), frame, objs)
             self.grad_probes[name] = grad_probe(objs)
         if self.carried_grad is not None:  # its second run: did it add to the gradients the first left?
             if self.carried_grad.close() and name not in self.meta.grads_carried:
