@@ -18,6 +18,9 @@ from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
+from .bindings import (
+    block_site, stale_at_end, unbound_given, warn_bindings, warn_module_attrs, watch_module_attrs,
+)
 from .exits import watch_exits
 from .outer import BlockVars, LoopFrame, OuterStateWriter, left_normally
 from .objects import (
@@ -109,6 +112,8 @@ class RecordSession(Checkpointing, Session):
         self.generators_watched: dict[str, list] = {}  # block -> its first entry's generators (flor.engine.objects)
         self.containers_watched: dict[str, list] = {}  # block -> its first entry's lists, dicts (flor.engine.objects)
         self.generators_drawn: dict[str, list] = {}  # block -> those its first run drew from, not given to end()
+        self.sites: dict[str, Any] = {}  # block -> where its first entry was, the names bound (flor.engine.bindings)
+        self.module_attrs: dict[str, dict] = {}  # block -> its first entry's module attributes (ditto)
         self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
         self.carried_grad: CarriedGrad | None = None
         self.block_vars, self.block_vars_s = BlockVars(), 0.0  # the plain variables each block changes, noted at its end()
@@ -254,6 +259,8 @@ class RecordSession(Checkpointing, Session):
         if name not in self.ends_checked:  # its first time: which of the script's own generators does it draw from?
             self.generators_watched[name] = watch_generators(frame)
             self.containers_watched[name] = watch_containers(frame)
+            self.sites[name] = block_site(frame)
+            self.module_attrs[name] = watch_module_attrs(frame)
         else:  # its second: does it draw on from where its first run left a generator, or a gradient?
             if name in self.generators_drawn:
                 warn_generators(name, self.generators_drawn.pop(name))
@@ -295,6 +302,11 @@ class RecordSession(Checkpointing, Session):
             self.generators_drawn[name] = drawn_generators(self.generators_watched.pop(name, []), objs)
             grown = grown_containers(self.containers_watched.pop(name, []), objs)
             warn_containers(name, [g for g in grown if g[0] not in changed])  # those noted are restored
+            site, frame = self.sites.pop(name, None), caller_frame()
+            named = set(changed) | {var for var, _ in lost}  # restored, or already warned about
+            stale = [var for var in stale_at_end(site, frame) if var not in named]
+            warn_bindings(name, stale, unbound_given(site, frame, objs))
+            warn_module_attrs(name, self.module_attrs.pop(name, {}), frame, objs)
             self.grad_probes[name] = grad_probe(objs)
         if self.carried_grad is not None:  # its second run: did it add to the gradients the first left?
             if self.carried_grad.close() and name not in self.meta.grads_carried:

@@ -21,6 +21,7 @@ from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
 from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
+from .bindings import block_site, stale_at_end, stale_note
 from .objects import arity_message, caller_frame, forgotten_in_replay
 from .outer import LoopFrame, decode, left_normally, read_block_state, read_outer_state
 from .session import Session, as_result
@@ -86,6 +87,7 @@ class ReplaySession(Session):
         self.forgotten_checked: set[str] = set()  # blocks whose end() was looked at for a scheduler left out
         self._block_vars: dict | None = None  # logs/block-state.jsonl, read at the first restore
         self._block_vars_noted: set[str] = set()  # blocks whose restored variables a note named
+        self.sites: dict[str, Any] = {}  # block -> where it is entered (flor.engine.bindings), until first restored
         if picked:
             self.note(picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
@@ -372,6 +374,8 @@ class ReplaySession(Session):
     def step_into(self, name: str, probed: bool) -> bool:
         _, epoch, occ = self.open_block(name)
         self._check_recorded(name, epoch, occ)
+        if name not in self.forgotten_checked and name not in self.sites:
+            self.sites[name] = block_site(caller_frame())
         checkpointed = (name, epoch, occ) in self.available
         action = block_action(checkpointed=checkpointed, probed=probed, initializing=self.initializing)
         manifest = cache = None
@@ -495,8 +499,18 @@ class ReplaySession(Session):
         from ..state.grads import restore_grads
 
         t0 = time.perf_counter()
-        restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
-                               pickles=self._pickles(manifest))
+        try:
+            restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
+                                   pickles=self._pickles(manifest))
+        except StateError as exc:
+            first = self.plan.first if self.plan is not None else 0
+            if first == 0:
+                raise
+            # the loop code of the epochs before this worker's did not run here: a head grown or an
+            # optimizer re-created at one of them is not in the objects now
+            raise StateError(f"{exc}; this worker starts at epoch {first} without running the loop's code of the "
+                             "epochs before it: if that code changes what the block uses (a layer replaced, an "
+                             "optimizer re-created at some epoch), replay with --flor_strong") from exc
         if "grads" in manifest:  # the block adds to them in its next run (flor.state.grads)
             restore_grads(restored, manifest["grads"], cache.__getitem__)
         self.io["restore_s"] += time.perf_counter() - t0
@@ -547,12 +561,16 @@ class ReplaySession(Session):
             raise StateError(arity_message(name, epoch, list(recorded), objs))
         event = BlockEvent(epoch, name, occ, "restored", initializing=self.initializing)
         if action == "restore":
-            if name not in self.forgotten_checked:  # once a block, as the recording warned
-                self.forgotten_checked.add(name)
-                for text in forgotten_in_replay(name, objs):
-                    self.note(text)
             objs = self._restore(manifest, cache, objs)
             self._restore_block_vars(name, epoch, occ)
+            if name not in self.forgotten_checked:  # once a block, as the recording warned
+                self.forgotten_checked.add(name)
+                stale = stale_at_end(self.sites.pop(name, None), caller_frame())  # read after it, left as they were
+                noted = {var for (_, block, _), found in (self._block_vars or {}).items() if block == name
+                         for var in found}  # those the recording noted are set as recorded instead
+                stale = [var for var in stale if var not in noted]
+                for text in list(forgotten_in_replay(name, objs)) + stale_note(name, stale):
+                    self.note(text)
         elif manifest is None:
             event.action = "executed (no checkpoint)"
             self.rng_exact = False

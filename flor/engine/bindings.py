@@ -1,0 +1,249 @@
+"""Names a block assigns, which a replay that restores the block does not assign.
+
+A replay that restores a block skips its body: a name the body assigns keeps what it had before
+the block, or stays unbound, unless ``end()`` is given it and the result is unpacked into it.
+Two mistakes follow, both common in scripts that log the last batch's loss after the block:
+
+- the block assigns a name that ``end()`` is not given, and the code after ``end()`` reads it
+  (``flor.log("loss", loss.item())``): a replay reads a stale value, or stops with a NameError.
+  ``stale_names`` finds these in the script's source: the ``if`` whose test calls ``step_into``
+  and the statement that calls ``end()`` are siblings in one body. Those that are plain data (a
+  number, a 0-d tensor) are noted at ``end()`` and set by a replay (``flor.engine.outer.BlockVars``),
+  so the record and replay sessions name only the rest (a batch, an output tensor);
+- ``end()`` is given a name that was not bound when the block was first entered (``val`` first
+  assigned inside it): a replay that skips that run has no ``val`` to give ``end()``
+  (NameError). ``unbound_given`` finds these from the names bound at the block's first entry.
+
+>>> src = '''
+... for epoch in flor.it(range(3)):
+...     if flor.SkipBlock.step_into("train"):
+...         for x in data:
+...             loss = step(x)
+...     net = flor.SkipBlock.end(net)
+...     flor.log("loss", loss.item())
+... '''
+>>> sorted(stale_names(ast.parse(src), 3, 6))
+['loss']
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+from types import FrameType
+from typing import Iterable
+
+#: nested scopes: what they bind is theirs; a def's body does not run where it stands
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+_GUARDS = {"replaying", "recording"}  # code under `if flor.replaying():` is not the recording's reader
+
+
+def _names(node: ast.AST | list, ctx: type) -> set[str]:
+    """The names ``node`` stores (``ast.Store``) or reads (``ast.Load``) in its own scope; a lambda
+    or comprehension reads the names it does not bind itself."""
+    out: set[str] = set()
+    stack = list(node) if isinstance(node, list) else [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ctx):
+            out.add(n.id)
+        for child in ast.iter_child_nodes(n):
+            if not isinstance(child, _SCOPES):
+                stack.append(child)
+            elif ctx is ast.Load and isinstance(child, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                                                        ast.GeneratorExp)):
+                inner = [g for g in ast.iter_child_nodes(child)]
+                out |= _names(inner, ast.Load) - _names(inner, ast.Store) - _lambda_args(child)
+    return out
+
+
+def _lambda_args(node: ast.AST) -> set[str]:
+    return {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} if isinstance(node, ast.Lambda) else set()
+
+
+def _guarded(test: ast.expr) -> bool:
+    return any(isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) in _GUARDS
+               for n in ast.walk(test))
+
+
+def _read_first(stmts: list[ast.stmt]) -> set[str]:
+    """Names the statements may read before they assign them themselves (approximately: only an
+    assignment at this level, which always runs, counts as assigning)."""
+    read: set[str] = set()
+    bound: set[str] = set()
+    for s in stmts:
+        if isinstance(s, (ast.For, ast.AsyncFor)):
+            loads = _names(s.iter, ast.Load) | (_read_first(s.body) - _names(s.target, ast.Store)) \
+                | _read_first(s.orelse)
+        elif isinstance(s, ast.If):
+            loads = set() if _guarded(s.test) else \
+                _names(s.test, ast.Load) | _read_first(s.body) | _read_first(s.orelse)
+        elif isinstance(s, (ast.With, ast.AsyncWith)):
+            items = [i.context_expr for i in s.items]
+            targets = [i.optional_vars for i in s.items if i.optional_vars is not None]
+            loads = _names(items, ast.Load) | (_read_first(s.body) - _names(targets, ast.Store))
+        else:
+            loads = _names(s, ast.Load)
+        read |= loads - bound
+        if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            bound |= _names(s, ast.Store)
+    return read
+
+
+def _bodies(tree: ast.AST) -> Iterable[list[ast.stmt]]:
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                yield stmts
+
+
+def stale_names(tree: ast.Module, into_line: int, end_line: int) -> set[str]:
+    """Names that the ``if`` testing ``step_into`` at ``into_line`` assigns in its body, that the
+    statement calling ``end()`` at ``end_line`` (its sibling) neither is given nor assigns, and
+    that the statements after it read before assigning them. Empty when the two are not
+    siblings (a block spread over functions): nothing is claimed then."""
+    for stmts in _bodies(tree):
+        for i, s in enumerate(stmts):
+            if not (isinstance(s, ast.If) and s.test.lineno <= into_line <= (s.test.end_lineno or s.test.lineno)):
+                continue
+            for j in range(i + 1, len(stmts)):
+                end = stmts[j]
+                if end.lineno <= end_line <= (end.end_lineno or end.lineno):
+                    assigned = _names(s.body, ast.Store) - _names(end, ast.Load) - _names(end, ast.Store)
+                    return assigned & _read_first(stmts[j + 1:])
+            return set()
+    return set()
+
+
+_TREES: dict[str, ast.Module | None] = {}
+
+
+def _tree(frame: FrameType) -> ast.Module | None:
+    filename = frame.f_code.co_filename
+    if filename not in _TREES:
+        try:
+            _TREES[filename] = ast.parse("".join(linecache.getlines(filename, frame.f_globals)))
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            _TREES[filename] = None
+    return _TREES[filename]
+
+
+def block_site(frame: FrameType | None) -> tuple[str, int, set[str]] | None:
+    """Where a block is entered (file, line) and the names bound there, for ``stale_names`` and
+    ``unbound_given`` at its ``end()``. Never raises."""
+    try:
+        from .objects import frame_variables
+
+        if frame is None:
+            return None
+        return frame.f_code.co_filename, frame.f_lineno, set(frame_variables(frame))
+    except Exception:  # noqa: BLE001 - advice only
+        return None
+
+
+def stale_at_end(site: tuple[str, int, set[str]] | None, frame: FrameType | None) -> list[str]:
+    """``stale_names`` of the block entered at ``site`` and ended in ``frame``, sorted. Never raises."""
+    try:
+        if site is None or frame is None or frame.f_code.co_filename != site[0]:
+            return []
+        tree = _tree(frame)
+        return sorted(stale_names(tree, site[1], frame.f_lineno)) if tree is not None else []
+    except Exception:  # noqa: BLE001 - advice only
+        return []
+
+
+def unbound_given(site: tuple[str, int, set[str]] | None, frame: FrameType | None, objs: tuple) -> list[str]:
+    """Names of ``frame`` bound to an object given to ``end(*objs)`` that were not bound when the
+    block was entered at ``site``, sorted. Never raises."""
+    try:
+        from .objects import frame_variables
+
+        if site is None or frame is None:
+            return []
+        ids = {id(o) for o in objs}
+        return sorted(var for var, value in frame_variables(frame).items() if var not in site[2] and id(value) in ids)
+    except Exception:  # noqa: BLE001 - advice only
+        return []
+
+
+def warn_bindings(name: str, stale: list[str], unbound: list[str]) -> None:
+    """Warn, while recording, about the names ``stale_at_end`` and ``unbound_given`` found. Never
+    raises, even under ``-W error``: it only advises."""
+    from ..errors import warn
+
+    try:
+        for var in stale:
+            warn(f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() "
+                 f"reads: a replay that restores {name!r} skips the block, so `{var}` keeps the value it had before "
+                 f"it (or is not defined); bind it before the loop (`{var} = None`) and pass it: "
+                 f"`..., {var} = flor.SkipBlock.end(..., {var})`")
+        for var in unbound:
+            warn(f"SkipBlock.end({name!r}) is given `{var}`, which was not bound when the block was first entered: a "
+                 f"replay that restores that run skips the block, and `{var}` is not defined when end() is called "
+                 f"(NameError); bind it before the loop ({var} = None)")
+    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
+        return
+
+
+def stale_note(name: str, stale: list[str]) -> list[str]:
+    """The replay's notes about the names ``stale_at_end`` found in the script as it is now."""
+    return [f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() reads: "
+            f"where {name!r} is restored, `{var}` keeps the value it had before the block (or is not defined), "
+            f"unlike a full re-execution; pass it to end() (and bind it before the loop) and record again"
+            for var in stale]
+
+
+# -- a module's plain attributes -------------------------------------------------------------
+
+_PLAIN = (bool, int, float, str, list, dict, tuple)
+
+
+def _module_attrs(variables: dict) -> dict[tuple[int, str], object]:
+    import torch
+
+    out: dict[tuple[int, str], object] = {}
+    for var, value in variables.items():
+        if not isinstance(value, torch.nn.Module) or var.startswith("__"):
+            continue
+        for sub, m in value.named_modules():
+            for attr, v in vars(m).items():
+                if not attr.startswith("_") and attr != "training" and type(v) in _PLAIN:
+                    key = f"{var}.{sub}.{attr}" if sub else f"{var}.{attr}"
+                    out[(id(value), key)] = (type(v), len(v)) if isinstance(v, (list, dict, tuple)) else v
+    return out
+
+
+def watch_module_attrs(frame: FrameType | None) -> dict[tuple[int, str], object]:
+    """The plain attributes (numbers, strings, lengths of lists and dicts) of the modules among
+    the variables of ``frame``, taken as a block is first entered. Never raises."""
+    try:
+        from .objects import frame_variables
+
+        return _module_attrs(frame_variables(frame))
+    except Exception:  # noqa: BLE001 - advice only
+        return {}
+
+
+def warn_module_attrs(name: str, watched: dict[tuple[int, str], object], frame: FrameType | None,
+                      objs: tuple) -> None:
+    """Warn about each plain attribute of a module given to ``end(*objs)`` that block ``name``
+    changed (``model.temperature *= 0.9``, a list it appends to): a module is checkpointed
+    through its ``state_dict``, which does not hold them, so a replay that restores the block
+    leaves them as they were. Never raises, even under ``-W error``: it only advises."""
+    from ..errors import warn
+
+    try:
+        from .objects import _passed, frame_variables
+
+        given = _passed(objs)
+        now = _module_attrs(frame_variables(frame))
+        for (root, key), before in watched.items():
+            if root in given and (root, key) in now and now[(root, key)] != before:
+                warn(f"SkipBlock.end({name!r}): the block changed `{key}`, a plain attribute of a module given to "
+                     "end(): a module is checkpointed through its state_dict, which does not hold it, so a replay "
+                     f"that restores {name!r} leaves `{key}` as it was; keep it in a buffer "
+                     "(module.register_buffer) or pass end() an object that holds it")
+    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
+        return

@@ -1,0 +1,40 @@
+"""A module with plain attributes the block changes (a temperature annealed each epoch, a count
+of epochs trained), besides a buffer it counts in. Used by tests/test_module_attrs.py.
+
+A module is checkpointed through its state_dict: the buffer is restored, the attributes are not,
+so a replay that restores the block reads them as they were before it; the recording must say so.
+"""
+
+import torch
+
+import flor
+
+torch.manual_seed(0)
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.register_buffer("seen", torch.zeros((), dtype=torch.long))
+        self.temperature = 1.0
+        self.epochs_trained = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen += x.shape[0]
+        return self.fc(x) / self.temperature
+
+
+X, Y = torch.randn(48, 4), torch.randint(0, 3, (48,))
+net = Net()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for epoch in flor.it(range(3)):
+    if flor.SkipBlock.step_into("train"):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(X), Y).backward()
+        opt.step()
+        net.temperature *= 0.9
+        net.epochs_trained += 1
+    net, opt = flor.SkipBlock.end(net, opt)
+    flor.log("seen", net.seen.item())
+    # HINDSIGHT
