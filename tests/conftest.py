@@ -2,17 +2,111 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import locale
 import os
+import re
+import shutil
+import signal
+import socket
+import struct
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+import zygote
+
 HERE = Path(__file__).parent
 SCRIPTS = HERE / "scripts"
 ROOT = HERE.parent
+
+
+def base_env() -> dict[str, str]:
+    """The environment every test script starts from (``Runner.env`` adds FLOR_HOME and the rest)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOR_")}
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"):
+        env.pop(k, None)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+class Zygote:
+    """The client of ``tests/zygote.py``: one warm server per test worker, started at first use."""
+
+    _server: "Zygote | None" = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.env = base_env()
+        self.dir = tempfile.mkdtemp(prefix="flor-zygote-")
+        self.path = os.path.join(self.dir, "socket")
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), self.path], env=self.env,
+                                     cwd=self.dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == b"ready\n", "zygote did not start"
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @classmethod
+    def get(cls) -> "Zygote | None":
+        if os.environ.get("FLOR_TEST_FRESH") == "1":  # every script in a fresh interpreter
+            return None
+        with cls._lock:
+            if cls._server is None or cls._server.proc.poll() is not None:
+                cls._server = Zygote()
+            return cls._server
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        payload = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(self.path)
+                sent = socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload], [null, out_w, err_w])
+                sock.sendall((struct.pack("!I", len(payload)) + payload)[sent:])
+            finally:
+                for fd in (null, out_w, err_w):
+                    os.close(fd)
+            chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+
+            def drain(fd: int) -> None:
+                with os.fdopen(fd, "rb", buffering=0) as fh:
+                    while block := fh.read(65536):
+                        chunks[fd].append(block)
+
+            readers = [threading.Thread(target=drain, args=(fd,), daemon=True) for fd in (out_r, err_r)]
+            for t in readers:
+                t.start()
+            pid = zygote._recv(sock)["pid"]
+            deadline = time.monotonic() + timeout
+            for t in readers:
+                t.join(max(0.0, deadline - time.monotonic()))
+            if any(t.is_alive() for t in readers):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                raise subprocess.TimeoutExpired([sys.executable, *argv], timeout)
+            sock.settimeout(max(1.0, deadline - time.monotonic()))
+            code = zygote._recv(sock)["returncode"]
+        enc = locale.getpreferredencoding(False)
+        text = [b"".join(chunks[fd]).decode(enc).replace("\r\n", "\n").replace("\r", "\n") for fd in (out_r, err_r)]
+        return subprocess.CompletedProcess([sys.executable, *argv], code, text[0], text[1])
+
+
+_IMPORTS_TORCH = re.compile(r"^(import torch\b|from torch\b)", re.M)
 
 
 class Runner:
@@ -23,16 +117,12 @@ class Runner:
         self.cwd = tmp_path
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOR_")}
-        for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"):
-            env.pop(k, None)
+        env = base_env()
         env["FLOR_HOME"] = str(self.home)
         env["FLOR_CONFIG_DIR"] = str(self.cwd / "florconfig")  # the signing key: never the user's own
-        env.setdefault("OMP_NUM_THREADS", "1")
         # toy epochs last milliseconds, so the adaptive policy would thin their checkpoints:
         # tests get a fixed schedule unless they test the policy itself
         env["FLOR_EVERY"] = "1"
-        env["PYTHONHASHSEED"] = "0"
         env.update(extra)
         return env
 
@@ -48,10 +138,17 @@ class Runner:
 
     def run(self, script: Path, *args: str, check: bool = True, env: dict | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [sys.executable, str(script), *args], cwd=self.cwd, env=env or self.env(),
-            capture_output=True, text=True, timeout=timeout,
-        )
+        """``python script args...``; a script that imports torch itself, run with an environment
+        nothing reads at startup differently, is forked from a warm interpreter (``tests/zygote.py``)."""
+        env = env or self.env()
+        server = Zygote.get() if _IMPORTS_TORCH.search(Path(script).read_text()) else None
+        if server is not None and zygote.safe_env(server.env, env):
+            proc = server.run([str(script), *args], self.cwd, env, timeout)
+        else:
+            proc = subprocess.run(
+                [sys.executable, str(script), *args], cwd=self.cwd, env=env,
+                capture_output=True, text=True, timeout=timeout,
+            )
         if check and proc.returncode != 0:
             raise AssertionError(f"{script.name} {args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
