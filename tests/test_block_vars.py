@@ -4,7 +4,8 @@ replay restores the block (``flor.engine.outer.BlockVars``, ``scripts/block_vars
 A step counter, a loss sum, a history, a dict of running metrics, a best value and the last
 batch's loss, read after the block: a replay that restored it left them as they were before
 it, so hindsight values read from them were wrong (``step`` 0, 4, 8 where a full run has 4, 8,
-12), and silently so where the recording had not logged them. The same in a function's locals.
+12), and silently so where the recording had not logged them. The same in a function's locals,
+and in a module global a function's block declares ``global`` (``global_step += 1``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ HINDSIGHT = {
                          '    flor.log("seen", seen)\n'
                          '    flor.log("tag", tag)\n',
     "    # HINDSIGHT-FN\n": '    flor.log("batches", batches)\n'
-                            '    flor.log("correct", correct)\n',
+                            '    flor.log("correct", correct)\n'
+                            '    flor.log("evals", evals)\n',
     'step, hist, stats, best = 0, [], {"n": 0, "sum": 0.0}, float("inf")':
         'step, hist, stats, best = 0, [], {"n": 0, "sum": 0.0}, float("inf")\ntag = "edited"',
 }
-NAMES = {"step", "n_hist", "hist_last", "mean", "best", "last_loss", "seen", "tag", "batches", "correct"}
+NAMES = {"step", "n_hist", "hist_last", "mean", "best", "last_loss", "seen", "tag", "batches", "correct", "evals"}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,7 @@ def recorded(tmp_path_factory):
     full = {k: v for k, v in values(r.logs("full"), "record").items() if k[0] in NAMES}
     assert len(full) == 6 * len(NAMES)
     assert [full[("step", e, None)] for e in range(3)] == [4, 8, 12]
+    assert [full[("evals", e, None)] for e in range(3)] == [2, 4, 6]
     return r, edited, full
 
 
@@ -68,7 +71,7 @@ def test_the_replay_names_what_it_set(recorded):
     assert "variables block 'train' changes outside end() are set as recorded where it is restored: best, hist, " \
            "i, loss, stats, step" in proc.stderr, proc.stderr
     assert "variables block 'eval' changes outside end() are set as recorded where it is restored: batches, " \
-           "correct, i, seen" in proc.stderr, proc.stderr
+           "correct, evals, i, seen" in proc.stderr, proc.stderr  # evals: a global the function declares
 
 
 def test_a_hostile_block_state_file_sets_only_plain_values_under_plain_names(tmp_path):
@@ -83,6 +86,9 @@ def test_a_hostile_block_state_file_sets_only_plain_values_under_plain_names(tmp
                           "net": 5, "step": {"py": "os.system"}})
     hostile = ["not json", json.dumps([1, 2]), json.dumps({"epoch": "0", "block": "train", "occ": 0, "vars": {}}),
                json.dumps({"epoch": 0, "block": ["train"], "occ": 0, "vars": {}}), json.dumps(first)]
+    ev = next(x for x in lines if x["epoch"] == 0 and x["block"] == "eval")  # in a function: its globals
+    ev["globals"] = {"torch": 1, "net": 2, "evaluate": 3, "X": 4, "evals": {"py": "os.system"}}
+    hostile.append(json.dumps(ev))
     state.write_text("\n".join(json.dumps(x) for x in lines) + "\n" + "\n".join(hostile) + "\n")
     edited = r.script("block_vars.py", {"    # HINDSIGHT\n": '    flor.log("step", step)\n'
                                                           '    flor.log("mods", type(torch).__name__ + type(net).__name__)\n'},
@@ -90,6 +96,9 @@ def test_a_hostile_block_state_file_sets_only_plain_values_under_plain_names(tmp
     proc = r.run(edited, "--flor", "b", "--replay_flor", "--epochs", "2")
     assert "replay verified exact" in proc.stderr, proc.stderr
     assert "could not be set where it is restored: step" in proc.stderr, proc.stderr
+    # only a global the function itself assigns is ever set, and only to what decodes as plain data
+    assert "variables block 'eval' changes outside end() that could not be set where it is restored: X, evals, " \
+           "evaluate, net, torch" in proc.stderr, proc.stderr
     got = values(r.logs("b"), "replay")
     assert got[("mods", 0, None)] == got[("mods", 1, None)] == "moduleLinear"  # names of modules and objects left alone
     assert got[("step", 1, None)] == 8  # epoch 1's line is intact
@@ -105,9 +114,13 @@ def test_block_state_reader_keeps_only_well_formed_lines(tmp_path):
         json.dumps({"epoch": True, "block": "b", "occ": 0, "vars": {"x": 9}}),
         json.dumps({"epoch": 1, "block": "b", "occ": 0.5, "vars": {"x": 9}}),
         json.dumps({"epoch": 0, "block": "b", "occ": 0, "vars": {"x": 2}}),  # a resumed recording: the last wins
+        json.dumps({"epoch": 2, "block": "b", "occ": 0, "vars": {}, "globals": {"step": 3, "__name__": "x"}}),
+        json.dumps({"epoch": 3, "block": "b", "occ": 0, "vars": {}, "globals": ["step"]}),
         "{", "[]",
     ]) + "\n")
-    assert read_block_state(path) == {(0, "b", 0): {"x": 2}, (None, "pre", 0): {"n": 5}}
+    assert read_block_state(path) == {(0, "b", 0): {"vars": {"x": 2}, "globals": {}},
+                                      (None, "pre", 0): {"vars": {"n": 5}, "globals": {}},
+                                      (2, "b", 0): {"vars": {}, "globals": {"step": 3}}}
     assert read_block_state(tmp_path / "missing.jsonl") == {}
 
 

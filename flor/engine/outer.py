@@ -41,8 +41,8 @@ from typing import Any, Collection, Iterable
 
 from .._files import StoreFileError, open_append, read_text
 
-__all__ = ["BlockVars", "LoopFrame", "NotPlain", "OuterStateWriter", "decode", "encode", "left_normally", "loop_targets",
-           "read_block_state", "read_outer_state"]
+__all__ = ["BlockVars", "LoopFrame", "NotPlain", "OuterStateWriter", "decode", "encode", "global_names", "left_normally",
+           "loop_targets", "read_block_state", "read_outer_state", "restore_globals", "stored_globals"]
 
 #: the most scalars one variable may hold (all its containers together), and string length
 MAX_ITEMS = 256
@@ -398,6 +398,7 @@ class BlockVars:
         self.noted: dict[str, set[str]] = {}  # block -> the variables noted at one of its ends so far
         self.given: dict[str, set[int]] = {}  # block -> ids of the containers its last end() was given
         self.warned: set[tuple[str, str]] = set()
+        self.globals_initial: dict[str, dict[str, Any]] = {}  # block -> its function's globals at entry
 
     def enter(self, name: str, frame: FrameType | None) -> None:
         """At the block's entry: its frame's plain-data variables, to compare at ``leave``."""
@@ -412,25 +413,31 @@ class BlockVars:
             else:
                 lf.frame = frame  # a block in a function: a new frame each call
                 lf.initial = {var: _same_key(v) for var, v in lf._plain(skip=self.given.get(name, ())).items()}
+            self.globals_initial[name] = {var: _same_key(v) for var, v in stored_globals(frame).items()}
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             self.frames.pop(name, None)
 
-    def leave(self, name: str, objs: tuple = ()) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    def leave(self, name: str, objs: tuple = ()) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, str]]]:
         """``{variable: encoded}`` of those the block changed since ``enter``, but for a container
-        given to ``end()`` (its checkpoint holds it); and, once each, ``(variable, what)`` of
+        given to ``end()`` (its checkpoint holds it); the same of the module globals a block in a
+        function changed that the function declares ``global`` (``global_step += 1``,
+        ``stored_globals``); and, once each, ``(variable, what)`` of
         those it changed that cannot be noted, for a warning: one noted before that no longer
         is (``"too big"``: a history grown past ``BLOCK_MAX_ITEMS``), or one it bound to state
         that is not plain data (``"state"``: a copy of the best weights, in place of a None or
         of an earlier copy). Lets go of the frame."""
         lf = self.frames.get(name)
         if lf is None or lf.frame is None:
-            return {}, []
+            return {}, {}, []
         try:
             initial, now = lf.initial, lf.variables()
             given = self.given[name] = {id(o) for o in objs if type(o) in _CONTAINERS}
             plain = lf._plain(given, skip=given)
             changed = {var: value for var, value in plain.items()
                        if (var not in initial or _same_key(value) != initial[var]) and id(now.get(var)) not in given}
+            before = self.globals_initial.pop(name, {})
+            changed_globals = {var: value for var, value in stored_globals(lf.frame, given).items()
+                               if var not in before or _same_key(value) != before[var]}
             first = name not in self.noted
             noted = self.noted.setdefault(name, set())
             passed = _ids_given(objs)
@@ -443,11 +450,43 @@ class BlockVars:
                     if id(now[var]) not in passed and (name, var) not in self.warned and not _skipped(var)]
             self.warned.update((name, var) for var, _ in lost)
             noted.update(changed)
-            return changed, lost
+            return changed, changed_globals, lost
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
-            return {}, []
+            return {}, {}, []
         finally:
             lf.frame = None
+
+
+_STORED: dict[types.CodeType, frozenset[str]] = {}
+
+
+def global_names(code: types.CodeType) -> frozenset[str]:
+    """The module globals ``code`` assigns (``global step; step += 1``), dunders left out."""
+    names = _STORED.get(code)
+    if names is None:
+        try:
+            names = frozenset(i.argval for i in dis.get_instructions(code)
+                              if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") and not _skipped(i.argval))
+        except Exception:  # noqa: BLE001 - an odd code object: none noted
+            names = frozenset()
+        _STORED[code] = names
+    return names
+
+
+def stored_globals(frame: FrameType, skip: Collection[int] = ()) -> dict[str, Any]:
+    """``{name: encoded}`` of the plain-data module globals a function's frame assigns
+    (``global_names``), but for the containers whose ids are in ``skip``; empty for a module's
+    frame, whose globals are its variables."""
+    if not frame.f_code.co_flags & CO_OPTIMIZED:
+        return {}
+    module, out = frame.f_globals, {}
+    for var in global_names(frame.f_code):
+        if var in module and id(module[var]) not in skip:
+            try:
+                out[var] = encode(module[var], BLOCK_MAX_ITEMS)
+            except Exception:  # noqa: BLE001 - NotPlain, or an odd value: not noted
+                continue
+    return out
 
 
 def _ids_given(objs: tuple) -> set[int]:
@@ -471,10 +510,26 @@ def _holds_state(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.nn.Module)
 
 
-def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, Any]]:
-    """``{(epoch, block, occurrence): {variable: encoded}}`` noted by ``BlockVars``; empty when
-    there is none. Untrusted input: a line of another shape is ignored, and only names that are
-    identifiers (not dunders) are kept, so what a restore writes is plain data under a plain name."""
+def restore_globals(frame: FrameType, values: dict[str, Any]) -> list[str]:
+    """Set the module globals in ``values`` that the function of ``frame`` assigns itself
+    (``global_names``; values from a store never bind another name) and that hold plain data or
+    nothing now; return the names left as they are."""
+    allowed = global_names(frame.f_code) if frame.f_code.co_flags & CO_OPTIMIZED else frozenset()
+    module, left = frame.f_globals, []
+    for var, value in values.items():
+        if var in allowed and (var not in module or _plain_now(module[var])):
+            module[var] = value
+        else:
+            left.append(var)
+    return sorted(left)
+
+
+def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, dict[str, Any]]]:
+    """``{(epoch, block, occurrence): {"vars": {variable: encoded}, "globals": {...}}}`` noted
+    by ``BlockVars`` (``globals``: those of the module a block in a function declares
+    ``global``); empty when there is none. Untrusted input: a line of another shape is ignored,
+    and only names that are identifiers (not dunders) are kept, so what a restore writes is
+    plain data under a plain name."""
     try:
         lines = read_text(path).splitlines()  # a regular file of at most MAX_METADATA, no link followed
     except StoreFileError as exc:
@@ -484,7 +539,7 @@ def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, 
         return {}
     except OSError:
         return {}
-    found: dict[tuple[int | None, str, int], dict[str, Any]] = {}
+    found: dict[tuple[int | None, str, int], dict[str, dict[str, Any]]] = {}
     for line in lines:
         try:
             rec = json.loads(line)
@@ -492,12 +547,14 @@ def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, 
             continue
         if not isinstance(rec, dict):
             continue
-        epoch, block, occ, got = rec.get("epoch"), rec.get("block"), rec.get("occ"), rec.get("vars")
+        epoch, block, occ = rec.get("epoch"), rec.get("block"), rec.get("occ")
+        got, module = rec.get("vars", {}), rec.get("globals", {})
         if (epoch is not None and type(epoch) is not int) or type(block) is not str or type(occ) is not int \
-                or not isinstance(got, dict):
+                or not isinstance(got, dict) or not isinstance(module, dict):
             continue
-        found[(epoch, block, occ)] = {k: v for k, v in got.items()
-                                      if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
+        found[(epoch, block, occ)] = {
+            part: {k: v for k, v in names.items() if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
+            for part, names in (("vars", got), ("globals", module))}
     return found  # the last line of a key wins (a resumed recording appends again)
 
 

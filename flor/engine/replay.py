@@ -23,7 +23,7 @@ from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
 from .bindings import block_site, stale_at_end, stale_note
 from .objects import arity_message, caller_frame, forgotten_in_replay
-from .outer import LoopFrame, decode, left_normally, read_block_state, read_outer_state
+from .outer import LoopFrame, decode, left_normally, read_block_state, read_outer_state, restore_globals
 from .session import Session, as_result
 from ..placement import new_replay_id, pid_alive
 from ..settings import Settings
@@ -523,19 +523,25 @@ class ReplaySession(Session):
         if self._block_vars is None:
             self._block_vars = read_block_state(self.layout.block_state)
         noted = self._block_vars.get((epoch, name, occ))
-        if not noted:
+        if not noted or not (noted["vars"] or noted["globals"]):
             return
-        values, missing = {}, []
-        for var, node in noted.items():
-            try:
-                values[var] = decode(node)
-            except (ValueError, TypeError, AttributeError):
-                missing.append(var)
+        decoded: dict[str, dict[str, Any]] = {"vars": {}, "globals": {}}
+        missing: list[str] = []
+        for part, found in noted.items():
+            for var, node in found.items():
+                try:
+                    decoded[part][var] = decode(node)
+                except (ValueError, TypeError, AttributeError):
+                    missing.append(var)
+        values, module = decoded["vars"], decoded["globals"]
         frame = caller_frame()
-        missing += LoopFrame(frame).restore(values) if frame is not None else sorted(values)
+        if frame is None:
+            missing += sorted(values) + sorted(module)
+        else:
+            missing += LoopFrame(frame).restore(values) + restore_globals(frame, module)
         if name not in self._block_vars_noted:
             self._block_vars_noted.add(name)
-            done = sorted(set(values) - set(missing))
+            done = sorted((set(values) | set(module)) - set(missing))
             if done:
                 self.note(f"variables block {name!r} changes outside end() are set as recorded where it is "
                           f"restored: {listed(done, 12)}")
@@ -567,7 +573,7 @@ class ReplaySession(Session):
                 self.forgotten_checked.add(name)
                 stale = stale_at_end(self.sites.pop(name, None), caller_frame())  # read after it, left as they were
                 noted = {var for (_, block, _), found in (self._block_vars or {}).items() if block == name
-                         for var in found}  # those the recording noted are set as recorded instead
+                         for part in found.values() for var in part}  # those noted are set as recorded instead
                 stale = [var for var in stale if var not in noted]
                 for text in list(forgotten_in_replay(name, objs)) + stale_note(name, stale):
                     self.note(text)

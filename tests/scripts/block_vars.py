@@ -1,6 +1,6 @@
 """State a block changes outside the objects given to ``SkipBlock.end``: a step counter, a loss
 sum, a history list, a dict of running metrics, a best value, the last batch's loss tensor, and
-the same in a function's locals. Used by tests/test_block_vars.py.
+the same in a function's locals and a global it declares. Used by tests/test_block_vars.py.
 
 A replay that restores a block does not run its body; the code after it must still see these
 as a full run does.
@@ -23,8 +23,13 @@ X, Y = torch.randn(64, 4), torch.randn(64, 1)
 step, hist, stats, best = 0, [], {"n": 0, "sum": 0.0}, float("inf")
 
 
+evals = 0
+
+
 def evaluate(epoch, seen):
-    """A second block, in a function: what it changes are the function's locals."""
+    """A second block, in a function: what it changes are the function's locals, and a module
+    global it declares ``global``."""
+    global evals
     correct, batches = 0, 0
     if flor.SkipBlock.step_into("eval"):
         with torch.no_grad():
@@ -32,6 +37,7 @@ def evaluate(epoch, seen):
                 correct += int(((net(X[i:i + 32]) > 0) == (Y[i:i + 32] > 0)).sum())
                 batches += 1
                 seen += 32
+                evals += 1
     flor.SkipBlock.end(net)
     # HINDSIGHT-FN
     return correct / 64, seen
