@@ -134,6 +134,20 @@ def test_a_history_grown_past_the_limit_is_named_once(tmp_path):
     assert "was not given" not in proc.stderr  # the first end's warning: hist was noted then
 
 
+def test_a_history_the_replay_grew_past_256_values_is_still_set(tmp_path):
+    """A restore replaced only a value it could encode at the outer state's limit (256): once a
+    whole replay had restored a history past it, the next restores left it as it was (480
+    values recorded, 320 replayed), silently."""
+    r = Runner(tmp_path)
+    edit = {"hist.append(loss.item())": "hist.extend([loss.item()] * 20)"}
+    r.run(r.script("block_vars.py", edit), "--flor", "b")
+    proc = r.run(r.script("block_vars.py", {**edit, "    # HINDSIGHT\n": '    flor.log("n_hist", len(hist))\n'},
+                          dest="hindsight.py"), "--flor", "b", "--replay_flor")
+    assert "12 blocks restored" in proc.stderr, proc.stderr
+    got = values(r.logs("b"), "replay")
+    assert [got[("n_hist", e, None)] for e in range(6)] == [80, 160, 240, 320, 400, 480]
+
+
 def test_a_copy_of_the_best_weights_kept_outside_end_is_named_once(tmp_path):
     """State that is not plain data, bound by the block in place of a None (or of an earlier
     copy), is not noted: the recording names it, once, and nothing else the block binds."""

@@ -349,12 +349,19 @@ def _scalar_like(value: Any) -> bool:
 
 
 def _plain_now(value: Any) -> bool:
-    try:
-        encode(value)
+    """Data a restore may replace: a scalar, string, list, tuple or dict, a NumPy scalar or a 0-d
+    tensor, however long (a history the replay grew past ``MAX_ITEMS`` is still replaced); never
+    a module, function, model or other object the script binds the name to now."""
+    kind = type(value)
+    if kind in _SCALARS or kind is list or kind is tuple or kind is dict:
         return True
-    except NotPlain:
-        return False
-    except Exception:  # noqa: BLE001
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.generic):
+        return True
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and isinstance(value, torch.Tensor) and value.dim() == 0
+    except Exception:  # noqa: BLE001 - an odd tensor subclass: left alone
         return False
 
 
