@@ -153,6 +153,17 @@ class Runner:
             raise AssertionError(f"{script.name} {args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
 
+    def replay_workers(self, script: Path, name: str, workers: int) -> dict[tuple, object]:
+        """Replay ``name`` with ``script`` as ``workers`` workers one after the other, each
+        verified exact; the values their replays logged."""
+        got: dict[tuple, object] = {}
+        for pid in range(workers):
+            proc = self.run(script, "--flor", name, f"--replay_flor={pid}/{workers}")
+            assert "replay verified exact" in proc.stderr, proc.stderr
+            replay = proc.stderr.split("flor: replay ")[1].split()[0]
+            got.update(values([x for x in self.logs(name) if x["replay"] == replay]))
+        return got
+
     def flor(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run(
             [sys.executable, "-m", "flor", *args], cwd=self.cwd, env=self.env(),

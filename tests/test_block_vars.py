@@ -53,14 +53,7 @@ def recorded(tmp_path_factory):
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_hindsight_values_of_variables_a_restored_block_changed_equal_a_full_run(recorded, workers):
     r, edited, full = recorded
-    got = {}
-    for pid in range(workers):
-        proc = r.run(edited, "--flor", "b", f"--replay_flor={pid}/{workers}")
-        assert "replay verified exact" in proc.stderr, proc.stderr
-        assert "restored" in proc.stderr
-        replay = proc.stderr.split("flor: replay ")[1].split()[0]
-        got.update({k: v for k, v in values([x for x in r.logs("b") if x["replay"] == replay]).items()
-                    if k[0] in NAMES})
+    got = {k: v for k, v in r.replay_workers(edited, "b", workers).items() if k[0] in NAMES}
     assert got == full
     assert {got[("tag", e, None)] for e in range(6)} == {"edited"}  # not changed by the block: the edit stands
 
@@ -116,11 +109,15 @@ def test_block_state_reader_keeps_only_well_formed_lines(tmp_path):
         json.dumps({"epoch": 0, "block": "b", "occ": 0, "vars": {"x": 2}}),  # a resumed recording: the last wins
         json.dumps({"epoch": 2, "block": "b", "occ": 0, "vars": {}, "globals": {"step": 3, "__name__": "x"}}),
         json.dumps({"epoch": 3, "block": "b", "occ": 0, "vars": {}, "globals": ["step"]}),
+        json.dumps({"epoch": 4, "block": "b", "occ": 0, "vars": {},
+                    "attrs": {"self": {"step": 1, "__dict__": 2, "a.b": 3}, "x y": {"z": 1}, "o": [1], "p": {}}}),
+        json.dumps({"epoch": 5, "block": "b", "occ": 0, "vars": {}, "attrs": [["self", "step"]]}),
         "{", "[]",
     ]) + "\n")
-    assert read_block_state(path) == {(0, "b", 0): {"vars": {"x": 2}, "globals": {}},
-                                      (None, "pre", 0): {"vars": {"n": 5}, "globals": {}},
-                                      (2, "b", 0): {"vars": {}, "globals": {"step": 3}}}
+    assert read_block_state(path) == {(0, "b", 0): {"vars": {"x": 2}, "globals": {}, "attrs": {}},
+                                      (None, "pre", 0): {"vars": {"n": 5}, "globals": {}, "attrs": {}},
+                                      (2, "b", 0): {"vars": {}, "globals": {"step": 3}, "attrs": {}},
+                                      (4, "b", 0): {"vars": {}, "globals": {}, "attrs": {"self": {"step": 1}, "p": {}}}}
     assert read_block_state(tmp_path / "missing.jsonl") == {}
 
 

@@ -42,7 +42,8 @@ from typing import Any, Collection, Iterable
 from .._files import StoreFileError, open_append, read_text
 
 __all__ = ["BlockVars", "LoopFrame", "NotPlain", "OuterStateWriter", "decode", "encode", "global_names", "left_normally",
-           "loop_targets", "read_block_state", "read_outer_state", "restore_globals", "stored_globals"]
+           "loop_targets", "object_attrs", "read_block_state", "read_outer_state", "restore_attrs", "restore_globals",
+           "stored_globals"]
 
 #: the most scalars one variable may hold (all its containers together), and string length
 MAX_ITEMS = 256
@@ -406,6 +407,8 @@ class BlockVars:
         self.given: dict[str, set[int]] = {}  # block -> ids of the containers its last end() was given
         self.warned: set[tuple[str, str]] = set()
         self.globals_initial: dict[str, dict[str, Any]] = {}  # block -> its function's globals at entry
+        self.attrs_initial: dict[str, dict[str, dict[str, Any]]] = {}  # block -> its objects' attributes at entry
+        self.passed: dict[str, set[int]] = {}  # block -> ids of what its last end() was given (``_ids_given``)
 
     def enter(self, name: str, frame: FrameType | None) -> None:
         """At the block's entry: its frame's plain-data variables, to compare at ``leave``."""
@@ -421,14 +424,18 @@ class BlockVars:
                 lf.frame = frame  # a block in a function: a new frame each call
                 lf.initial = {var: _same_key(v) for var, v in lf._plain(skip=self.given.get(name, ())).items()}
             self.globals_initial[name] = {var: _same_key(v) for var, v in stored_globals(frame).items()}
+            self.attrs_initial[name] = {var: {attr: _same_key(v) for attr, v in attrs.items()}
+                                        for var, attrs in object_attrs(lf.variables(), self.passed.get(name, ())).items()}
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             self.frames.pop(name, None)
 
     def leave(self, name: str, objs: tuple = ()) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, str]]]:
         """``{variable: encoded}`` of those the block changed since ``enter``, but for a container
-        given to ``end()`` (its checkpoint holds it); the same of the module globals a block in a
-        function changed that the function declares ``global`` (``global_step += 1``,
-        ``stored_globals``); and, once each, ``(variable, what)`` of
+        given to ``end()`` (its checkpoint holds it); ``{"globals": ..., "attrs": ...}``, where
+        not empty, of the module globals a block in a function changed that the function
+        declares ``global`` (``global_step += 1``, ``stored_globals``) and of the plain attributes
+        it changed of the script's own objects not given to ``end()`` (``self.step += 1``,
+        ``object_attrs``: ``{variable: {attribute: encoded}}``); and, once each, ``(variable, what)`` of
         those it changed that cannot be noted, for a warning: one noted before that no longer
         is (``"too big"``: a history grown past ``BLOCK_MAX_ITEMS``), or one it bound to state
         that is not plain data (``"state"``: a copy of the best weights, in place of a None or
@@ -436,6 +443,7 @@ class BlockVars:
         lf = self.frames.get(name)
         if lf is None or lf.frame is None:
             return {}, {}, []
+        more: dict[str, Any] = {}
         try:
             initial, now = lf.initial, lf.variables()
             given = self.given[name] = {id(o) for o in objs if type(o) in _CONTAINERS}
@@ -445,9 +453,18 @@ class BlockVars:
             before = self.globals_initial.pop(name, {})
             changed_globals = {var: value for var, value in stored_globals(lf.frame, given).items()
                                if var not in before or _same_key(value) != before[var]}
+            if changed_globals:
+                more["globals"] = changed_globals
+            passed = self.passed[name] = _ids_given(objs)
+            was = self.attrs_initial.pop(name, {})
+            changed_attrs = {var: {attr: value for attr, value in attrs.items()
+                                   if attr not in was.get(var, {}) or _same_key(value) != was[var][attr]}
+                             for var, attrs in object_attrs(now, passed).items()}
+            changed_attrs = {var: attrs for var, attrs in changed_attrs.items() if attrs}
+            if changed_attrs:
+                more["attrs"] = changed_attrs
             first = name not in self.noted
             noted = self.noted.setdefault(name, set())
-            passed = _ids_given(objs)
             lost = [(var, "too big" if var in noted else "state") for var in sorted((noted | initial.keys()) - plain.keys())
                     if var in now and (var in noted or _holds_state(now[var]))]
             if first:  # state bound before the block, rebound by its first run: a copy of the best weights
@@ -457,7 +474,7 @@ class BlockVars:
                     if id(now[var]) not in passed and (name, var) not in self.warned and not _skipped(var)]
             self.warned.update((name, var) for var, _ in lost)
             noted.update(changed)
-            return changed, changed_globals, lost
+            return changed, more, lost
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             return {}, {}, []
         finally:
@@ -517,6 +534,99 @@ def _holds_state(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.nn.Module)
 
 
+_OWN: dict[type, bool] = {}
+
+
+def _own_object(value: Any) -> bool:
+    """An instance of a class of the script's own (``__main__``, or a module outside the
+    interpreter's and installed packages' folders: a Trainer, a state object, a dataclass), or
+    a ``SimpleNamespace`` or argparse ``Namespace``, whose attributes are set plainly: no
+    ``__setattr__`` of its own (a model's, a frozen dataclass's), not a class or module."""
+    kind = type(value)
+    own = _OWN.get(kind)
+    if own is None:
+        own = _OWN[kind] = _own_class(kind)
+    return own
+
+
+def _own_class(kind: type) -> bool:
+    try:
+        if issubclass(kind, (type, types.ModuleType, BaseException)) or kind.__setattr__ is not object.__setattr__ \
+                or "__dict__" not in dir(kind):
+            return False
+        if kind is types.SimpleNamespace or (kind.__module__, kind.__qualname__) == ("argparse", "Namespace"):
+            return True
+        module = kind.__module__
+        if module == "__main__":
+            return True
+        if module.split(".")[0] in ("flor", "torch", "numpy"):
+            return False
+        path = getattr(sys.modules.get(module), "__file__", None)
+        return bool(path) and not os.path.realpath(path).startswith(_library_dirs())
+    except Exception:  # noqa: BLE001 - an odd class: not the script's own
+        return False
+
+
+_LIBRARY_DIRS: tuple[str, ...] = ()
+
+
+def _library_dirs() -> tuple[str, ...]:
+    global _LIBRARY_DIRS
+    if not _LIBRARY_DIRS:
+        import site
+        import sysconfig
+
+        paths = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+        try:
+            paths.update(site.getsitepackages() + [site.getusersitepackages()])
+        except Exception:  # noqa: BLE001 - a virtualenv's old site module
+            pass
+        _LIBRARY_DIRS = tuple(os.path.join(os.path.realpath(p), "") for p in paths if p)
+    return _LIBRARY_DIRS
+
+
+def object_attrs(variables: dict[str, Any], skip: Collection[int] = ()) -> dict[str, dict[str, Any]]:
+    """``{variable: {attribute: encoded}}`` of the plain-data attributes of the script's own
+    objects among ``variables`` (``_own_object``: ``self`` in a Trainer's method), but for
+    those whose ids are in ``skip`` (given to ``end()``: checkpointed whole)."""
+    out: dict[str, dict[str, Any]] = {}
+    for var, value in variables.items():
+        if id(value) in skip or _skipped(var) or not _own_object(value):
+            continue
+        attrs: dict[str, Any] = {}
+        for attr, v in list(vars(value).items()):
+            if type(attr) is not str or not attr.isidentifier() or _skipped(attr) or id(v) in skip:
+                continue
+            try:
+                attrs[attr] = encode(v, BLOCK_MAX_ITEMS)
+            except Exception:  # noqa: BLE001 - NotPlain, or an odd value: not noted
+                continue
+        if attrs:
+            out[var] = attrs
+    return out
+
+
+def restore_attrs(variables: dict[str, Any], values: dict[str, dict[str, Any]]) -> list[str]:
+    """Set ``{variable: {attribute: value}}`` on the script's own objects the variables hold
+    now (``_own_object``), only where the attribute holds plain data or nothing now and the
+    class has no descriptor for it (a property's setter is never run); return the
+    ``variable.attribute`` names left as they are."""
+    left = []
+    for var, attrs in values.items():
+        obj = variables.get(var)
+        if obj is None or not _own_object(obj):
+            left += [f"{var}.{attr}" for attr in attrs]
+            continue
+        own = vars(obj)
+        for attr, value in attrs.items():
+            if (attr in own and not _plain_now(own[attr])) \
+                    or (hasattr(type(obj), attr) and not _plain_now(getattr(type(obj), attr))):  # a method, property
+                left.append(f"{var}.{attr}")
+            else:
+                own[attr] = value
+    return sorted(left)
+
+
 def restore_globals(frame: FrameType, values: dict[str, Any]) -> list[str]:
     """Set the module globals in ``values`` that the function of ``frame`` assigns itself
     (``global_names``; values from a store never bind another name) and that hold plain data or
@@ -532,9 +642,10 @@ def restore_globals(frame: FrameType, values: dict[str, Any]) -> list[str]:
 
 
 def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, dict[str, Any]]]:
-    """``{(epoch, block, occurrence): {"vars": {variable: encoded}, "globals": {...}}}`` noted
-    by ``BlockVars`` (``globals``: those of the module a block in a function declares
-    ``global``); empty when there is none. Untrusted input: a line of another shape is ignored,
+    """``{(epoch, block, occurrence): {"vars": {variable: encoded}, "globals": {...}, "attrs":
+    {variable: {attribute: encoded}}}}`` noted by ``BlockVars`` (``globals``: those of the module
+    a block in a function declares ``global``; ``attrs``: of the script's own objects); empty
+    when there is none. Untrusted input: a line of another shape is ignored,
     and only names that are identifiers (not dunders) are kept, so what a restore writes is
     plain data under a plain name."""
     try:
@@ -555,14 +666,19 @@ def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, 
         if not isinstance(rec, dict):
             continue
         epoch, block, occ = rec.get("epoch"), rec.get("block"), rec.get("occ")
-        got, module = rec.get("vars", {}), rec.get("globals", {})
+        got, module, attrs = rec.get("vars", {}), rec.get("globals", {}), rec.get("attrs", {})
         if (epoch is not None and type(epoch) is not int) or type(block) is not str or type(occ) is not int \
-                or not isinstance(got, dict) or not isinstance(module, dict):
+                or not isinstance(got, dict) or not isinstance(module, dict) or not isinstance(attrs, dict):
             continue
-        found[(epoch, block, occ)] = {
-            part: {k: v for k, v in names.items() if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
-            for part, names in (("vars", got), ("globals", module))}
+        entry = {part: _named(names) for part, names in (("vars", got), ("globals", module))}
+        entry["attrs"] = {var: _named(names) for var, names in _named(attrs).items() if isinstance(names, dict)}
+        found[(epoch, block, occ)] = entry
     return found  # the last line of a key wins (a resumed recording appends again)
+
+
+def _named(names: dict) -> dict[str, Any]:
+    """The entries of ``names`` under identifiers that are not dunders."""
+    return {k: v for k, v in names.items() if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
 
 
 # -- the file ------------------------------------------------------------------------------

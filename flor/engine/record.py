@@ -289,10 +289,9 @@ class RecordSession(Checkpointing, Session):
         name, epoch, occ = self.close_block()
         elapsed = time.perf_counter() - self.block_started
         t0 = time.perf_counter()
-        changed, changed_globals, lost = self.block_vars.leave(name, objs)
-        if changed or changed_globals:  # a replay that restores the block sets them as they are now
-            self.block_state.write(epoch, {"block": name, "occ": occ, "vars": changed,
-                                           **({"globals": changed_globals} if changed_globals else {})})
+        changed, more, lost = self.block_vars.leave(name, objs)
+        if changed or more:  # a replay that restores the block sets them as they are now
+            self.block_state.write(epoch, {"block": name, "occ": occ, "vars": changed, **more})
         if lost:
             warn_unnoted(name, epoch, lost)
         self.block_vars_s += time.perf_counter() - t0
@@ -304,7 +303,7 @@ class RecordSession(Checkpointing, Session):
             grown = grown_containers(self.containers_watched.pop(name, []), objs)
             warn_containers(name, [g for g in grown if g[0] not in changed])  # those noted are restored
             site, frame = self.sites.pop(name, None), caller_frame()
-            named = set(changed) | set(changed_globals) | {var for var, _ in lost}  # restored, or warned about
+            named = set(changed) | set(more.get("globals", ())) | {var for var, _ in lost}  # restored, or warned about
             stale = [var for var in stale_at_end(site, frame) if var not in named]
             warn_bindings(name, stale, unbound_given(site, frame, objs))
             warn_module_attrs(name, self.module_attrs.pop(name, {}), frame, objs)

@@ -23,7 +23,9 @@ from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
 from .bindings import block_site, stale_at_end, stale_note
 from .objects import arity_message, caller_frame, forgotten_in_replay
-from .outer import LoopFrame, decode, left_normally, read_block_state, read_outer_state, restore_globals
+from .outer import (
+    LoopFrame, decode, left_normally, read_block_state, read_outer_state, restore_attrs, restore_globals,
+)
 from .session import Session, as_result
 from ..placement import new_replay_id, pid_alive
 from ..settings import Settings
@@ -523,25 +525,31 @@ class ReplaySession(Session):
         if self._block_vars is None:
             self._block_vars = read_block_state(self.layout.block_state)
         noted = self._block_vars.get((epoch, name, occ))
-        if not noted or not (noted["vars"] or noted["globals"]):
+        if not noted or not any(noted.values()):
             return
-        decoded: dict[str, dict[str, Any]] = {"vars": {}, "globals": {}}
         missing: list[str] = []
-        for part, found in noted.items():
+
+        def decoded(found: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+            out = {}
             for var, node in found.items():
                 try:
-                    decoded[part][var] = decode(node)
+                    out[var] = decode(node)
                 except (ValueError, TypeError, AttributeError):
-                    missing.append(var)
-        values, module = decoded["vars"], decoded["globals"]
+                    missing.append(prefix + var)
+            return out
+
+        values, module = decoded(noted["vars"]), decoded(noted["globals"])
+        attrs = {var: decoded(found, f"{var}.") for var, found in noted["attrs"].items()}
+        named = set(values) | set(module) | {f"{var}.{attr}" for var, found in attrs.items() for attr in found}
         frame = caller_frame()
         if frame is None:
-            missing += sorted(values) + sorted(module)
+            missing += sorted(named)
         else:
-            missing += LoopFrame(frame).restore(values) + restore_globals(frame, module)
+            lf = LoopFrame(frame)
+            missing += lf.restore(values) + restore_globals(frame, module) + restore_attrs(lf.variables(), attrs)
         if name not in self._block_vars_noted:
             self._block_vars_noted.add(name)
-            done = sorted((set(values) | set(module)) - set(missing))
+            done = sorted(named - set(missing))
             if done:
                 self.note(f"variables block {name!r} changes outside end() are set as recorded where it is "
                           f"restored: {listed(done, 12)}")
@@ -573,7 +581,7 @@ class ReplaySession(Session):
                 self.forgotten_checked.add(name)
                 stale = stale_at_end(self.sites.pop(name, None), caller_frame())  # read after it, left as they were
                 noted = {var for (_, block, _), found in (self._block_vars or {}).items() if block == name
-                         for part in found.values() for var in part}  # those noted are set as recorded instead
+                         for part in (found["vars"], found["globals"]) for var in part}  # set as recorded instead
                 stale = [var for var in stale if var not in noted]
                 for text in list(forgotten_in_replay(name, objs)) + stale_note(name, stale):
                     self.note(text)
