@@ -65,3 +65,17 @@ def test_a_hostile_file_sets_no_method_property_module_or_other_object(tmp_path)
            "self.step, torch.manual_seed" in proc.stderr, proc.stderr  # torch, flor: not this frame's variables
     got = values(r.logs("t"), "replay")
     assert [got[("kinds", e, None)] for e in range(2)] == ["Linearmethod1", "Linearmethod2"]
+
+
+def test_a_copy_of_the_best_weights_kept_on_self_is_named_once(tmp_path):
+    """State that is not plain data, which the block binds to an attribute of the script's own
+    object (``self.best_state``), cannot be noted: the recording names it, once, and nothing else."""
+    r = Runner(tmp_path)
+    script = r.script("trainer_attrs.py", {'                self.kind = "trained"':
+                                           '                self.kind = "trained"\n'
+                                           '                self.best_state = {k: v.clone() for k, v in '
+                                           'self.net.state_dict().items()}'})
+    proc = r.run(script, "--flor", "t")
+    assert proc.stderr.count("SkipBlock 'train' bound `self.best_state` outside end() at epoch 0 to state that is "
+                             "not plain data") == 1, proc.stderr
+    assert proc.stderr.count("outside end()") == 1, proc.stderr  # self.history, self.step ...: noted, not named

@@ -409,6 +409,7 @@ class BlockVars:
         self.globals_initial: dict[str, dict[str, Any]] = {}  # block -> its function's globals at entry
         self.attrs_initial: dict[str, dict[str, dict[str, Any]]] = {}  # block -> its objects' attributes at entry
         self.passed: dict[str, set[int]] = {}  # block -> ids of what its last end() was given (``_ids_given``)
+        self.attr_ids: dict[str, dict[tuple[str, str], int]] = {}  # block -> its objects' attributes at first entry
 
     def enter(self, name: str, frame: FrameType | None) -> None:
         """At the block's entry: its frame's plain-data variables, to compare at ``leave``."""
@@ -426,6 +427,9 @@ class BlockVars:
             self.globals_initial[name] = {var: _same_key(v) for var, v in stored_globals(frame).items()}
             self.attrs_initial[name] = {var: {attr: _same_key(v) for attr, v in attrs.items()}
                                         for var, attrs in object_attrs(lf.variables(), self.passed.get(name, ())).items()}
+            if name not in self.noted:  # its first run: what its objects' attributes are, to name state it rebinds
+                self.attr_ids[name] = {(var, attr): id(v) for var, value in lf.variables().items()
+                                       if not _skipped(var) and _own_object(value) for attr, v in vars(value).items()}
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             self.frames.pop(name, None)
 
@@ -457,9 +461,10 @@ class BlockVars:
                 more["globals"] = changed_globals
             passed = self.passed[name] = _ids_given(objs)
             was = self.attrs_initial.pop(name, {})
+            plain_attrs = object_attrs(now, passed)
             changed_attrs = {var: {attr: value for attr, value in attrs.items()
                                    if attr not in was.get(var, {}) or _same_key(value) != was[var][attr]}
-                             for var, attrs in object_attrs(now, passed).items()}
+                             for var, attrs in plain_attrs.items()}
             changed_attrs = {var: attrs for var, attrs in changed_attrs.items() if attrs}
             if changed_attrs:
                 more["attrs"] = changed_attrs
@@ -470,8 +475,14 @@ class BlockVars:
             if first:  # state bound before the block, rebound by its first run: a copy of the best weights
                 lost += [(var, "state") for var, (ident, _) in sorted(lf.before.items())
                          if var in now and id(now[var]) != ident and var not in plain and _holds_state(now[var])]
+                ids = self.attr_ids.pop(name, {})  # ... or kept on self: self.best_state
+                lost += [(f"{var}.{attr}", "state") for var, value in sorted(now.items())
+                         if id(value) not in passed and not _skipped(var) and _own_object(value)
+                         for attr, v in sorted(vars(value).items())
+                         if ids.get((var, attr)) != id(v) and attr not in plain_attrs.get(var, {})
+                         and id(v) not in passed and _holds_state(v)]
             lost = [(var, what) for var, what in lost
-                    if id(now[var]) not in passed and (name, var) not in self.warned and not _skipped(var)]
+                    if (name, var) not in self.warned and ("." in var or (id(now[var]) not in passed and not _skipped(var)))]
             self.warned.update((name, var) for var, _ in lost)
             noted.update(changed)
             return changed, more, lost
