@@ -256,7 +256,7 @@ class LoopFrame:
             if static.get(name) == id(value):
                 continue
             if kind in self.opaque:  # before the name: most variables are models, tensors, loaders
-                if not _skipped(name):
+                if self.track and not _skipped(name):
                     self._not_plain(name, value, passed)
                 continue
             if _skipped(name):  # bound inside the loop
@@ -602,7 +602,8 @@ def object_attrs(variables: dict[str, Any], skip: Collection[int] = ()) -> dict[
     those whose ids are in ``skip`` (given to ``end()``: checkpointed whole)."""
     out: dict[str, dict[str, Any]] = {}
     for var, value in variables.items():
-        if id(value) in skip or _skipped(var) or not _own_object(value):
+        own = _OWN.get(type(value))  # most variables are models, tensors, functions: one lookup
+        if own is False or id(value) in skip or not (own or _own_object(value)) or _skipped(var):
             continue
         attrs: dict[str, Any] = {}
         for attr, v in list(vars(value).items()):
