@@ -393,6 +393,9 @@ class BlockVars:
     plain-data variables of the block's frame whose value the block changed (or bound anew),
     one JSON line per block run in ``logs/block-state.jsonl``; a replay that restores the block
     sets them as noted (``read_block_state``), so the code after it sees what a full run sees.
+    The same for the module globals a block in a function declares ``global``
+    (``stored_globals``) and the plain attributes of the script's own objects in the frame that
+    ``end()`` is not given (``object_attrs``: ``self.step`` in a Trainer's method).
 
     Only what the block changed is noted: a variable the edited script sets before the block
     (a setting changed for the hindsight run) is left as the replay's code sets it. Values are
