@@ -110,14 +110,15 @@ def test_block_state_reader_keeps_only_well_formed_lines(tmp_path):
         json.dumps({"epoch": 2, "block": "b", "occ": 0, "vars": {}, "globals": {"step": 3, "__name__": "x"}}),
         json.dumps({"epoch": 3, "block": "b", "occ": 0, "vars": {}, "globals": ["step"]}),
         json.dumps({"epoch": 4, "block": "b", "occ": 0, "vars": {},
-                    "attrs": {"self": {"step": 1, "__dict__": 2, "a.b": 3}, "x y": {"z": 1}, "o": [1], "p": {}}}),
+                    "attrs": {"self": {"step": 1, "__dict__": 2, "a.b": 3, "a.__class__": 4, "a..b": 5, "a.b.c": 6, ".a": 7},
+                              "x y": {"z": 1}, "o": [1], "p": {}}}),
         json.dumps({"epoch": 5, "block": "b", "occ": 0, "vars": {}, "attrs": [["self", "step"]]}),
         "{", "[]",
     ]) + "\n")
     assert read_block_state(path) == {(0, "b", 0): {"vars": {"x": 2}, "globals": {}, "attrs": {}},
                                       (None, "pre", 0): {"vars": {"n": 5}, "globals": {}, "attrs": {}},
                                       (2, "b", 0): {"vars": {}, "globals": {"step": 3}, "attrs": {}},
-                                      (4, "b", 0): {"vars": {}, "globals": {}, "attrs": {"self": {"step": 1}, "p": {}}}}
+                                      (4, "b", 0): {"vars": {}, "globals": {}, "attrs": {"self": {"step": 1, "a.b": 3}, "p": {}}}}
     assert read_block_state(tmp_path / "missing.jsonl") == {}
 
 

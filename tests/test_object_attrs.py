@@ -18,8 +18,9 @@ from conftest import Runner, values
 HINDSIGHT = {"            # HINDSIGHT": '            flor.log("step", self.step)\n'
                                        '            flor.log("best", self.best)\n'
                                        '            flor.log("epochs_seen", self.epochs_seen)\n'
+                                       '            flor.log("seen", self.meters.seen)\n'
                                        '            flor.log("kind", self.kind)'}
-NAMES = {"step", "best", "epochs_seen", "kind"}
+NAMES = {"step", "best", "epochs_seen", "kind", "seen"}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def test_the_replay_names_the_attributes_it_set(recorded):
     r, edited, _ = recorded
     proc = r.run(edited, "--flor", "t", "--replay_flor")
     assert "variables block 'train' changes outside end() are set as recorded where it is restored: i, loss, " \
-           "self.best, self.history, self.kind, self.step" in proc.stderr, proc.stderr
+           "self.best, self.history, self.kind, self.meters.seen, self.step" in proc.stderr, proc.stderr
 
 
 def test_a_hostile_file_sets_no_method_property_module_or_other_object(tmp_path):
@@ -54,7 +55,8 @@ def test_a_hostile_file_sets_no_method_property_module_or_other_object(tmp_path)
     state = next((r.home / "t" / "runs").glob("*/logs/block-state.jsonl"))
     lines = [json.loads(x) for x in state.read_text().splitlines()]
     first = next(x for x in lines if x["epoch"] == 0)
-    first["attrs"]["self"].update({"fit": 1, "net": 2, "epochs_seen": 3, "__class__": 4, "step": {"py": "os.system"}})
+    first["attrs"]["self"].update({"fit": 1, "net": 2, "epochs_seen": 3, "__class__": 4, "step": {"py": "os.system"},
+                                   "net.weight": 5, "meters.__class__": 6, "fit.__doc__": 7, "net.training": 8})
     first["attrs"].update({"torch": {"manual_seed": 1}, "flor": {"log": 2}, "missing": {"x": 1}, "1bad": {"x": 1}})
     state.write_text("\n".join(json.dumps(x) for x in lines + [first]) + "\n")
     edited = r.script("trainer_attrs.py", {"            # HINDSIGHT": '            flor.log("kinds", type(self.net).__name__ '
@@ -62,7 +64,8 @@ def test_a_hostile_file_sets_no_method_property_module_or_other_object(tmp_path)
     proc = r.run(edited, "--flor", "t", "--replay_flor", "--epochs", "2")
     assert "replay verified exact" in proc.stderr, proc.stderr
     assert "could not be set where it is restored: flor.log, missing.x, self.epochs_seen, self.fit, self.net, " \
-           "self.step, torch.manual_seed" in proc.stderr, proc.stderr  # torch, flor: not this frame's variables
+           "self.net.training, self.net.weight, self.step, torch.manual_seed" in proc.stderr, proc.stderr
+    # torch, flor: not this frame's variables; a model is not the script's own plain object
     got = values(r.logs("t"), "replay")
     assert [got[("kinds", e, None)] for e in range(2)] == ["Linearmethod1", "Linearmethod2"]
 

@@ -565,11 +565,11 @@ def _own_object(value: Any) -> bool:
 
 def _own_class(kind: type) -> bool:
     try:
+        if kind is types.SimpleNamespace or (kind.__module__, kind.__qualname__) == ("argparse", "Namespace"):
+            return True  # (SimpleNamespace's __setattr__ is its own slot wrapper, the generic one)
         if issubclass(kind, (type, types.ModuleType, BaseException)) or kind.__setattr__ is not object.__setattr__ \
                 or "__dict__" not in dir(kind):
             return False
-        if kind is types.SimpleNamespace or (kind.__module__, kind.__qualname__) == ("argparse", "Namespace"):
-            return True
         module = kind.__module__
         if module == "__main__":
             return True
@@ -599,44 +599,62 @@ def _library_dirs() -> tuple[str, ...]:
     return _LIBRARY_DIRS
 
 
+#: how deep ``object_attrs`` looks: ``self.step`` and ``self.state.global_step``
+ATTR_DEPTH = 2
+
+
 def object_attrs(variables: dict[str, Any], skip: Collection[int] = ()) -> dict[str, dict[str, Any]]:
     """``{variable: {attribute: encoded}}`` of the plain-data attributes of the script's own
-    objects among ``variables`` (``_own_object``: ``self`` in a Trainer's method), but for
-    those whose ids are in ``skip`` (given to ``end()``: checkpointed whole)."""
+    objects among ``variables`` (``_own_object``: ``self`` in a Trainer's method), and of such
+    objects they hold (``"state.global_step"``, ``ATTR_DEPTH`` names deep), but for those whose
+    ids are in ``skip`` (given to ``end()``: checkpointed whole)."""
     out: dict[str, dict[str, Any]] = {}
     for var, value in variables.items():
         own = _OWN.get(type(value))  # most variables are models, tensors, functions: one lookup
         if own is False or id(value) in skip or not (own or _own_object(value)) or _skipped(var):
             continue
         attrs: dict[str, Any] = {}
-        for attr, v in list(vars(value).items()):
-            if type(attr) is not str or not attr.isidentifier() or _skipped(attr) or id(v) in skip:
-                continue
-            try:
-                attrs[attr] = encode(v, BLOCK_MAX_ITEMS)
-            except Exception:  # noqa: BLE001 - NotPlain, or an odd value: not noted
-                continue
+        _plain_attrs(value, "", skip, attrs, 1)
         if attrs:
             out[var] = attrs
     return out
 
 
+def _plain_attrs(obj: Any, prefix: str, skip: Collection[int], out: dict[str, Any], depth: int) -> None:
+    for attr, v in list(vars(obj).items()):
+        if type(attr) is not str or not attr.isidentifier() or _skipped(attr) or id(v) in skip:
+            continue
+        own = _OWN.get(type(v))
+        if own is not False and (own or _own_object(v)):  # an object of the script's own in an attribute
+            if depth < ATTR_DEPTH:
+                _plain_attrs(v, f"{prefix}{attr}.", skip, out, depth + 1)
+            continue
+        try:
+            out[prefix + attr] = encode(v, BLOCK_MAX_ITEMS)
+        except Exception:  # noqa: BLE001 - NotPlain, or an odd value: not noted
+            continue
+
+
 def restore_attrs(variables: dict[str, Any], values: dict[str, dict[str, Any]]) -> list[str]:
-    """Set ``{variable: {attribute: value}}`` on the script's own objects the variables hold
+    """Set ``{variable: {attribute: value}}`` (an attribute a dotted path through objects of
+    the script's own, ``"state.global_step"``) on the script's own objects the variables hold
     now (``_own_object``), only where the attribute holds plain data or nothing now and the
     class has no descriptor for it (a property's setter is never run); return the
     ``variable.attribute`` names left as they are."""
     left = []
     for var, attrs in values.items():
-        obj = variables.get(var)
-        if obj is None or not _own_object(obj):
-            left += [f"{var}.{attr}" for attr in attrs]
-            continue
-        own = vars(obj)
-        for attr, value in attrs.items():
+        for path, value in attrs.items():
+            obj, *parts = [variables.get(var), *path.split(".")]
+            for part in parts[:-1]:  # through the script's own objects only, never a property
+                obj = vars(obj).get(part) if obj is not None and _own_object(obj) else None
+            attr = parts[-1]
+            if obj is None or not _own_object(obj) or len(parts) > ATTR_DEPTH:
+                left.append(f"{var}.{path}")
+                continue
+            own = vars(obj)
             if (attr in own and not _plain_now(own[attr])) \
                     or (hasattr(type(obj), attr) and not _plain_now(getattr(type(obj), attr))):  # a method, property
-                left.append(f"{var}.{attr}")
+                left.append(f"{var}.{path}")
             else:
                 own[attr] = value
     return sorted(left)
@@ -686,9 +704,17 @@ def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, 
                 or not isinstance(got, dict) or not isinstance(module, dict) or not isinstance(attrs, dict):
             continue
         entry = {part: _named(names) for part, names in (("vars", got), ("globals", module))}
-        entry["attrs"] = {var: _named(names) for var, names in _named(attrs).items() if isinstance(names, dict)}
+        entry["attrs"] = {var: {k: v for k, v in names.items() if _attr_path(k)}
+                          for var, names in _named(attrs).items() if isinstance(names, dict)}
         found[(epoch, block, occ)] = entry
     return found  # the last line of a key wins (a resumed recording appends again)
+
+
+def _attr_path(key: Any) -> bool:
+    """``key`` is an attribute, or a dotted path of at most ``ATTR_DEPTH`` attributes, each an
+    identifier that is not a dunder."""
+    parts = key.split(".") if isinstance(key, str) else []
+    return 0 < len(parts) <= ATTR_DEPTH and all(p.isidentifier() and not _skipped(p) for p in parts)
 
 
 def _named(names: dict) -> dict[str, Any]:

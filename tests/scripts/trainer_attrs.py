@@ -1,8 +1,8 @@
 """A Trainer whose method holds the epoch loop and keeps its counters on ``self``; only the
 model and optimizer are given to ``SkipBlock.end``. Used by tests/test_object_attrs.py.
 
-``self.step``, ``self.best`` and ``self.history`` change inside the block and are read after
-it: a replay that restores the block must set them as a full run has them.
+``self.step``, ``self.best``, ``self.history`` and ``self.meters.seen`` change inside the block
+and are read after it: a replay that restores the block must set them as a full run has them.
 """
 
 import argparse
