@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -70,12 +69,12 @@ class Zygote:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
-        payload = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+        message = zygote.frame({"argv": argv, "cwd": str(cwd), "env": env})
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             try:
                 sock.connect(self.path)
-                sent = socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload], [null, out_w, err_w])
-                sock.sendall((struct.pack("!I", len(payload)) + payload)[sent:])
+                sent = socket.send_fds(sock, [message], [null, out_w, err_w])
+                sock.sendall(message[sent:])
             finally:
                 for fd in (null, out_w, err_w):
                     os.close(fd)
@@ -89,7 +88,7 @@ class Zygote:
             readers = [threading.Thread(target=drain, args=(fd,), daemon=True) for fd in (out_r, err_r)]
             for t in readers:
                 t.start()
-            pid = zygote._recv(sock)["pid"]
+            pid = zygote.recv(sock)["pid"]
             deadline = time.monotonic() + timeout
             for t in readers:
                 t.join(max(0.0, deadline - time.monotonic()))
@@ -100,7 +99,7 @@ class Zygote:
                     pass
                 raise subprocess.TimeoutExpired([sys.executable, *argv], timeout)
             sock.settimeout(max(1.0, deadline - time.monotonic()))
-            code = zygote._recv(sock)["returncode"]
+            code = zygote.recv(sock)["returncode"]
         enc = locale.getpreferredencoding(False)
         text = [b"".join(chunks[fd]).decode(enc).replace("\r\n", "\n").replace("\r", "\n") for fd in (out_r, err_r)]
         return subprocess.CompletedProcess([sys.executable, *argv], code, text[0], text[1])

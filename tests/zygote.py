@@ -37,14 +37,18 @@ def safe_env(server: dict[str, str], wanted: dict[str, str]) -> bool:
     return True
 
 
-def _send(sock: socket.socket, obj: object) -> None:
+def frame(obj: object) -> bytes:
+    """``obj`` as JSON after its length: one message on the socket."""
     data = json.dumps(obj).encode()
-    sock.sendall(struct.pack("!I", len(data)) + data)
+    return struct.pack("!I", len(data)) + data
 
 
-def _recv(sock: socket.socket) -> object:
-    head = _exactly(sock, 4)
-    return json.loads(_exactly(sock, struct.unpack("!I", head)[0]))
+def recv(sock: socket.socket, start: bytes = b"") -> dict:
+    """The next message (``frame``) on ``sock``, of which ``start`` was read already."""
+    head = start[:4] + _exactly(sock, max(0, 4 - len(start)))
+    size = struct.unpack("!I", head)[0]
+    body = start[4:4 + size]
+    return json.loads(body + _exactly(sock, size - len(body)))
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
@@ -84,13 +88,7 @@ def serve(path: str) -> dict:
         fds: list[int] = []
         try:
             msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-            size = struct.unpack("!I", msg[:4])[0]
-            while len(msg) < 4 + size:
-                more = conn.recv(4 + size - len(msg))
-                if not more:
-                    raise EOFError
-                msg += more
-            request = json.loads(msg[4:4 + size])
+            request = recv(conn, msg)
         except (OSError, EOFError, ValueError, struct.error):
             conn.close()
             for fd in fds:
@@ -111,9 +109,9 @@ def serve(path: str) -> dict:
                 os.close(fd)
             code = 0
             try:
-                _send(conn, {"pid": pid})
+                conn.sendall(frame({"pid": pid}))
                 _, status = os.waitpid(pid, 0)
-                _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
+                conn.sendall(frame({"returncode": os.waitstatus_to_exitcode(status)}))
             except OSError:
                 code = 1
             os._exit(code)

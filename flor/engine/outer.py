@@ -426,12 +426,13 @@ class BlockVars:
                 lf.start(loop=False)
             else:
                 lf.frame = frame  # a block in a function: a new frame each call
-                lf.initial = {var: _same_key(v) for var, v in lf._plain(skip=self.given.get(name, ())).items()}
-            self.globals_initial[name] = {var: _same_key(v) for var, v in stored_globals(frame).items()}
-            self.attrs_initial[name] = {var: {attr: _same_key(v) for attr, v in attrs.items()}
-                                        for var, attrs in object_attrs(lf.variables(), self.passed.get(name, ())).items()}
+                lf.initial = _keys(lf._plain(skip=self.given.get(name, ())))
+            variables = lf.variables()
+            self.globals_initial[name] = _keys(stored_globals(frame))
+            self.attrs_initial[name] = {var: _keys(attrs)
+                                        for var, attrs in object_attrs(variables, self.passed.get(name, ())).items()}
             if name not in self.noted:  # its first run: what its objects' attributes are, to name state it rebinds
-                self.attr_ids[name] = {(var, attr): id(v) for var, value in lf.variables().items()
+                self.attr_ids[name] = {(var, attr): id(v) for var, value in variables.items()
                                        if not _skipped(var) and _own_object(value) for attr, v in vars(value).items()}
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             self.frames.pop(name, None)
@@ -450,27 +451,17 @@ class BlockVars:
         lf = self.frames.get(name)
         if lf is None or lf.frame is None:
             return {}, {}, []
-        more: dict[str, Any] = {}
         try:
             initial, now = lf.initial, lf.variables()
             given = self.given[name] = {id(o) for o in objs if type(o) in _CONTAINERS}
             plain = lf._plain(given, skip=given)
-            changed = {var: value for var, value in plain.items()
-                       if (var not in initial or _same_key(value) != initial[var]) and id(now.get(var)) not in given}
-            before = self.globals_initial.pop(name, {})
-            changed_globals = {var: value for var, value in stored_globals(lf.frame, given).items()
-                               if var not in before or _same_key(value) != before[var]}
-            if changed_globals:
-                more["globals"] = changed_globals
+            changed = {var: value for var, value in _changed(plain, initial).items() if id(now.get(var)) not in given}
             passed = self.passed[name] = _ids_given(objs)
             was = self.attrs_initial.pop(name, {})
             plain_attrs = object_attrs(now, passed)
-            changed_attrs = {var: {attr: value for attr, value in attrs.items()
-                                   if attr not in was.get(var, {}) or _same_key(value) != was[var][attr]}
-                             for var, attrs in plain_attrs.items()}
-            changed_attrs = {var: attrs for var, attrs in changed_attrs.items() if attrs}
-            if changed_attrs:
-                more["attrs"] = changed_attrs
+            attrs = {var: diff for var, found in plain_attrs.items() if (diff := _changed(found, was.get(var, {})))}
+            globals_ = _changed(stored_globals(lf.frame, given), self.globals_initial.pop(name, {}))
+            more = {part: found for part, found in (("globals", globals_), ("attrs", attrs)) if found}
             first = name not in self.noted
             noted = self.noted.setdefault(name, set())
             lost = [(var, "too big" if var in noted else "state") for var in sorted((noted | initial.keys()) - plain.keys())
@@ -493,6 +484,16 @@ class BlockVars:
             return {}, {}, []
         finally:
             lf.frame = None
+
+
+def _keys(encoded: dict[str, Any]) -> dict[str, Any]:
+    """What each encoded value compares by (``_same_key``), to find at ``leave`` what changed."""
+    return {name: _same_key(value) for name, value in encoded.items()}
+
+
+def _changed(encoded: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``encoded`` that ``before`` (``_keys``) lacks or holds another value for."""
+    return {name: value for name, value in encoded.items() if name not in before or _same_key(value) != before[name]}
 
 
 _STORED: dict[types.CodeType, frozenset[str]] = {}
