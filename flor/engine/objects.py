@@ -34,7 +34,7 @@ from __future__ import annotations
 import pickle
 import random
 import sys
-from collections import OrderedDict, defaultdict, deque
+from collections import deque
 from difflib import SequenceMatcher
 from types import FrameType
 from typing import Any, Iterable, Mapping
@@ -355,7 +355,8 @@ def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
 
 # -- containers of the script's own ----------------------------------------------------------
 
-_WATCHED_CONTAINERS = (list, dict, set, deque, defaultdict, OrderedDict)
+#: and their subclasses: a Counter, a defaultdict(list), an OrderedDict
+_WATCHED_CONTAINERS = (list, dict, set, deque)
 
 
 def watch_containers(frame: FrameType | None) -> list[tuple[str, Any, int]]:
@@ -369,7 +370,7 @@ def watch_containers(frame: FrameType | None) -> list[tuple[str, Any, int]]:
     """
     try:
         return [(var, value, len(value)) for var, value in frame_variables(frame).items()
-                if not var.startswith("__") and type(value) in _WATCHED_CONTAINERS]
+                if not var.startswith("__") and isinstance(value, _WATCHED_CONTAINERS)]
     except Exception:  # noqa: BLE001 - advice only
         return []
 
