@@ -9,6 +9,7 @@ import sys
 from typing import Any, Iterable, Iterator, TypeVar
 
 from . import hparams
+from .engine.bindings import loop_wrapper
 from .engine.session import Session, as_result
 from .errors import ConfigError
 from .runtime import current, install_error_hook
@@ -36,6 +37,7 @@ def it(iterable: Iterable[T]) -> Iterable[T]:
     if session is None:
         return iterable
     session.loop_frame = sys._getframe(1)  # the loop's own variables: outer-loop state (flor.engine.outer)
+    session.loop_wrapper = loop_wrapper(session.loop_frame)  # enumerate(flor.it(...)): replay workers differ
     return _Epochs(session, iterable)
 
 

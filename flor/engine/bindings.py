@@ -247,3 +247,67 @@ def warn_module_attrs(name: str, watched: dict[tuple[int, str], object], frame: 
                      "(module.register_buffer) or pass end() an object that holds it")
     except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
         return
+
+
+# -- an iterator wrapped around flor.it ------------------------------------------------------
+
+#: wrappers that count or pair the items flor.it yields, or stop pulling from it: a replay
+#: worker that starts mid-run skips the epochs before its own inside flor.it, where they do not
+#: see it (tqdm, iter() and the like only pass items on, and are not named)
+_MID_RUN = ("a replay worker that starts mid-run (--replay_flor PID/N, flor replay) skips the epochs before its own "
+            "inside flor.it, so ")
+_WRAPPERS = {
+    "enumerate": _MID_RUN + "enumerate() counts from 0 at that worker's first epoch, not at the recording's epoch 0",
+    "zip": _MID_RUN + "zip() pairs that worker's first epoch with the first item of the other iterables",
+    "zip_longest": _MID_RUN + "zip_longest() pairs that worker's first epoch with the first item of the other iterables",
+    "map": _MID_RUN + "map() pairs that worker's first epoch with the first item of the other iterables",
+    "islice": "islice() stops pulling from flor.it after its last item, so flor never sees the last epoch end: the "
+              "recording does not count it, and a replay leaves it out",
+}
+#: the wrappers whose worker that starts mid-run gets other values than the recording
+WRONG_MID_RUN = frozenset({"enumerate", "zip", "zip_longest", "map"})
+
+
+def _called(node: ast.Call) -> str | None:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def wrapper_at(tree: ast.Module, line: int) -> str | None:
+    """The name of the call (``enumerate``, ``zip``, ``islice``...; ``_WRAPPERS``) whose argument is
+    a call of ``it`` spanning ``line``, or None.
+
+    >>> wrapper_at(ast.parse("for i, epoch in enumerate(flor.it(range(9))):\\n    pass"), 1)
+    'enumerate'
+    >>> wrapper_at(ast.parse("for epoch, lr in zip(\\n        flor.it(range(9)), lrs):\\n    pass"), 2)
+    'zip'
+    >>> print(wrapper_at(ast.parse("for i, epoch in flor.it(enumerate(range(9))):\\n    pass"), 1))
+    None
+    >>> print(wrapper_at(ast.parse("for epoch in tqdm(flor.it(range(9))):\\n    pass"), 1))
+    None
+    """
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or _called(node) not in _WRAPPERS \
+                or not node.lineno <= line <= (node.end_lineno or node.lineno):
+            continue
+        for arg in node.args:
+            if isinstance(arg, ast.Call) and _called(arg) == "it" and arg.lineno <= line <= (arg.end_lineno or arg.lineno):
+                name = _called(node)
+                return None if name == "map" and len(node.args) < 3 else name
+    return None
+
+
+def loop_wrapper(frame: FrameType | None) -> str | None:
+    """``wrapper_at`` the line of ``frame`` that calls ``flor.it``, read from the script's source
+    (``for i, epoch in enumerate(flor.it(range(9)))``). Never raises."""
+    try:
+        tree = _tree(frame) if frame is not None else None
+        return wrapper_at(tree, frame.f_lineno) if tree is not None else None
+    except Exception:  # noqa: BLE001 - advice only
+        return None
+
+
+def wrapper_advice(wrapper: str) -> str:
+    """What ``loop_wrapper``'s find does to a replay, and the fix."""
+    return (f"flor.it(...) is wrapped in {wrapper}(): {_WRAPPERS[wrapper]}; put the wrapper inside instead: "
+            f"`for ... in flor.it({wrapper}(...))`")

@@ -34,7 +34,7 @@ from __future__ import annotations
 import pickle
 import random
 import sys
-from collections import OrderedDict, defaultdict, deque
+from collections import deque
 from difflib import SequenceMatcher
 from types import FrameType
 from typing import Any, Iterable, Mapping
@@ -193,8 +193,14 @@ def forgotten_in_replay(name: str, objs: tuple) -> list[str]:
 
 # -- random generators of the script's own ------------------------------------------------
 
-#: where a DataLoader keeps the generators it draws from (its workers' seeds, its sampler's order)
-_LOADER_GENERATORS = ("generator", "sampler.generator", "batch_sampler.sampler.generator")
+#: how many references deep ``generators`` looks from a variable: ``sampler.g``,
+#: ``loader.dataset.rng``, ``loaders['train'].sampler.g``, ``self.loader.sampler.generator``
+GENERATOR_DEPTH = 3
+#: items of a list, tuple or dict it looks at (a dict of loaders, not a list of indices)
+_GENERATOR_ITEMS = 32
+#: where a DataLoader keeps what it draws from: its workers' seeds, its sampler's order, and
+#: a dataset that shuffles or augments with a generator of its own
+_LOADER_PARTS = ("generator", "sampler", "batch_sampler", "dataset")
 
 
 def _generator_kinds() -> tuple[type, ...]:
@@ -216,47 +222,77 @@ def _global_generators() -> set[int]:
     return ids
 
 
-def _loader_generators(value: Any) -> list[tuple[str, Any]]:
-    """``(attribute path, generator)`` of a DataLoader; nothing for anything else."""
+def _parts(value: Any) -> list[tuple[str, Any]]:
+    """``(path suffix, object)`` of what ``value`` holds where a generator may be kept: a
+    DataLoader's generator, sampler, batch sampler and dataset; the attributes of a sampler or
+    dataset (``RandomSampler.generator``, a sampler of the script's own holding ``self.g``) and
+    of an object of the script's own (a Trainer, a dataset that shuffles itself); the items of a
+    list, tuple or dict (``loaders = {"train": ...}``). Nothing for anything else: a model, a
+    tensor, a module."""
     import torch.utils.data
 
-    if not isinstance(value, torch.utils.data.DataLoader):
-        return []
-    out = []
-    for path in _LOADER_GENERATORS:
-        inner = value
-        for attr in path.split("."):
-            inner = getattr(inner, attr, None)
-        if inner is not None:
-            out.append((path, inner))
-    return out
+    from .outer import _own_object
+
+    if isinstance(value, torch.utils.data.DataLoader):
+        return [(f".{attr}", getattr(value, attr, None)) for attr in _LOADER_PARTS]
+    if isinstance(value, dict):
+        return [(f"[{key!r}]", v) for key, v in list(value.items())[:_GENERATOR_ITEMS]
+                if isinstance(key, (str, int))]
+    if isinstance(value, (list, tuple)):
+        return [(f"[{i}]", v) for i, v in enumerate(value[:_GENERATOR_ITEMS])]
+    if isinstance(value, (torch.utils.data.Sampler, torch.utils.data.Dataset)) or _own_object(value):
+        attrs = getattr(value, "__dict__", None)
+        if type(attrs) is dict:
+            return [(f".{attr}", v) for attr, v in list(attrs.items()) if not attr.startswith("__")]
+    return []
+
+
+def _walk_generators(roots: Iterable[tuple[str, Any]], found: dict[int, tuple[str, Any]]) -> None:
+    """Add to ``found`` (by id) each generator among ``roots`` and up to ``GENERATOR_DEPTH``
+    references into them (``_parts``), nearest first, named by the path that reaches it."""
+    kinds, skip = _generator_kinds(), _global_generators()
+    seen: set[int] = set()
+    level = [(name, value) for name, value in roots if not isinstance(value, _PLAIN)]
+    for depth in range(GENERATOR_DEPTH + 1):
+        deeper = []
+        for name, value in level:
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, kinds):
+                if not isinstance(value, random.SystemRandom) and id(value) not in skip and id(value) not in found:
+                    found[id(value)] = (name, value)
+            elif depth < GENERATOR_DEPTH:
+                deeper += [(name + suffix, inner) for suffix, inner in _parts(value)
+                           if inner is not None and not isinstance(inner, _PLAIN)]
+        level = deeper
 
 
 def generators(variables: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """``(name, generator)`` of each random generator among ``variables`` and one level into
-    their DataLoaders (``loader.generator``), but the global ones flor captures itself.
+    """``(path, generator)`` of each random generator among ``variables`` and a few references
+    into their DataLoaders, samplers, datasets, containers and objects of the script's own
+    (``_parts``), but the global ones flor captures itself. The nearest path names it.
 
     >>> import numpy as np, torch
     >>> loader = torch.utils.data.DataLoader(list(range(4)), shuffle=True, generator=torch.Generator())
     >>> [name for name, _ in generators({"rng": np.random.default_rng(0), "loader": loader,
     ...                                  "r": random.Random(0), "np": np, "torch": torch})]
     ['rng', 'r', 'loader.generator']
+    >>> [name for name, _ in generators({"loaders": {"train": loader}})]
+    ["loaders['train'].generator"]
     """
-    kinds, skip = _generator_kinds(), _global_generators()
     found: dict[int, tuple[str, Any]] = {}
-
-    def add(name: str, value: Any) -> None:
-        if isinstance(value, kinds) and not isinstance(value, random.SystemRandom) \
-                and id(value) not in skip and id(value) not in found:
-            found[id(value)] = (name, value)
-
-    plain = [(var, value) for var, value in variables.items() if not var.startswith("__") and not isinstance(value, _PLAIN)]
-    for var, value in plain:  # the variables first: a generator is named as the script names it
-        add(var, value)
-    for var, value in plain:
-        for path, inner in _loader_generators(value):
-            add(f"{var}.{path}", inner)
+    _walk_generators(((var, value) for var, value in variables.items() if not var.startswith("__")), found)
     return list(found.values())
+
+
+def _held_generators(objs: Iterable[Any]) -> set[int]:
+    """Ids of the generators given to ``end()`` or held by what it was given, as ``generators``
+    finds them (a DataLoader's, a sampler's ``self.g``, a dataset's own ``Random``): the objects'
+    checkpoints capture them."""
+    found: dict[int, tuple[str, Any]] = {}
+    _walk_generators(((str(i), o) for i, o in enumerate(objs)), found)
+    return set(found)
 
 
 def _fingerprint(gen: Any) -> bytes:
@@ -288,8 +324,7 @@ def drawn_generators(watched: list[tuple[str, Any, bytes]], objs: tuple) -> list
     from (its state changed) but that ``end(*objs)`` was not given (itself, or a DataLoader
     holding it); ``warn_generators`` decides at the block's next entry. Never raises."""
     try:
-        passed = _passed(objs)
-        passed |= {id(g) for o in objs for _, g in _loader_generators(o)}
+        passed = _passed(objs) | _held_generators(objs)
         return [(var, gen, now) for var, gen, before in watched
                 if id(gen) not in passed for now in [_fingerprint(gen)] if now != before]
     except Exception:  # noqa: BLE001 - advice only
@@ -320,7 +355,8 @@ def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
 
 # -- containers of the script's own ----------------------------------------------------------
 
-_WATCHED_CONTAINERS = (list, dict, set, deque, defaultdict, OrderedDict)
+#: and their subclasses: a Counter, a defaultdict(list), an OrderedDict
+_WATCHED_CONTAINERS = (list, dict, set, deque)
 
 
 def watch_containers(frame: FrameType | None) -> list[tuple[str, Any, int]]:
@@ -334,7 +370,7 @@ def watch_containers(frame: FrameType | None) -> list[tuple[str, Any, int]]:
     """
     try:
         return [(var, value, len(value)) for var, value in frame_variables(frame).items()
-                if not var.startswith("__") and type(value) in _WATCHED_CONTAINERS]
+                if not var.startswith("__") and isinstance(value, _WATCHED_CONTAINERS)]
     except Exception:  # noqa: BLE001 - advice only
         return []
 

@@ -30,6 +30,7 @@ named, and nothing in it can run code.
 
 from __future__ import annotations
 
+import collections
 import dis
 import json
 import os
@@ -373,8 +374,13 @@ def _state_like(value: Any) -> bool:
 
 
 def _fingerprint(value: Any) -> tuple[int, int | None]:
-    """Identity, and size for the builtin containers (another object's ``__len__`` is not ours to call)."""
-    return id(value), len(value) if isinstance(value, (list, dict, tuple, set, frozenset, bytearray)) else None
+    """Identity, and size for the builtin containers and the ``collections`` ones (a ``deque`` of
+    recent losses, a ``Counter``); another object's ``__len__`` is not ours to call."""
+    return id(value), len(value) if isinstance(value, _SIZED) else None
+
+
+#: containers whose size ``_fingerprint`` reads (subclasses too: Counter, defaultdict, OrderedDict)
+_SIZED = (list, dict, tuple, set, frozenset, bytearray, collections.deque)
 
 
 # -- a block's own variables ---------------------------------------------------------------

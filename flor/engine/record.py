@@ -19,7 +19,7 @@ from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
 from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
 from .bindings import (
-    block_site, stale_at_end, unbound_given, warn_bindings, warn_module_attrs, watch_module_attrs,
+    block_site, stale_at_end, unbound_given, warn_bindings, warn_module_attrs, watch_module_attrs, wrapper_advice,
 )
 from .exits import watch_exits
 from .outer import BlockVars, LoopFrame, OuterStateWriter, left_normally
@@ -182,6 +182,8 @@ class RecordSession(Checkpointing, Session):
 
     def iterate(self, iterable: Any) -> Iterator[Any]:
         self.begin_loop()
+        if self.loop_wrapper is not None:
+            self.warn_once(("wrapper",), wrapper_advice(self.loop_wrapper))
         try:
             self.meta.epochs_planned = len(iterable)
         except TypeError:

@@ -21,7 +21,7 @@ from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
 from ..runinfo import redact_argv
 from ..store.experiment import blob_hashes
-from .bindings import block_site, stale_at_end, stale_note
+from .bindings import WRONG_MID_RUN, block_site, stale_at_end, stale_note, wrapper_advice
 from .objects import arity_message, caller_frame, forgotten_in_replay
 from .outer import (
     LoopFrame, decode, left_normally, read_block_state, read_outer_state, restore_attrs, restore_globals,
@@ -277,6 +277,8 @@ class ReplaySession(Session):
     def iterate(self, iterable: Any) -> Iterator[Any]:
         self.begin_loop()
         plan = self.loop_plan(iterable)
+        if self.loop_wrapper is not None and not (plan.first > 0 and self.loop_wrapper in WRONG_MID_RUN):
+            self.note(wrapper_advice(self.loop_wrapper))
         try:
             seen = 0
             for epoch, item in enumerate(iterable):
@@ -294,6 +296,9 @@ class ReplaySession(Session):
                 self.mark("epoch", epoch, init=self.initializing)
                 if epoch == plan.first and epoch > 0:
                     self._restore_outer(epoch - 1)
+                    if self.loop_wrapper in WRONG_MID_RUN:  # what it counts or pairs starts here, not at 0
+                        self.summary.loop.append(f"loop: {wrapper_advice(self.loop_wrapper)}, or replay with "
+                                                 "--flor_strong (every epoch from 0)")
                 try:
                     yield item
                 except GeneratorExit:
