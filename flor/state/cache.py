@@ -56,7 +56,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         dtype = obj.dtype
         if not _plain_tensor(obj, dtype):
             return False
-        sig.append((t, dtype, obj.shape, obj.requires_grad, None if obj.is_cpu else obj.device))
+        sig.append((t, dtype, obj.shape, obj.requires_grad, None if obj.is_cpu else obj.device, _layout(obj)))
         tensors.append(obj)
         return True
     if t is _Generator:  # the encoder's "generator" node: the device, then the state (a new tensor per read)
@@ -254,6 +254,12 @@ def _array_bytes(a: np.ndarray) -> torch.Tensor | None:
         return None
 
 
+def _layout(t: torch.Tensor) -> tuple | None:
+    """A tensor's strides where it is not contiguous (the encoder keeps a dense one as its node's
+    ``"stride"``), so that a snapshot whose tensors changed layout learns its template again."""
+    return None if t.is_contiguous() else t.stride()
+
+
 def _plain_tensor(t: torch.Tensor, dtype: torch.dtype) -> bool:
     """A dense CPU or CUDA tensor (of ``dtype``) whose bytes a copy takes as they are: not
     quantized, no conjugate or negative bit."""
@@ -323,7 +329,7 @@ def _module(m: Any, sig: list, vals: list, tensors: list) -> bool | None:
         dtype = t.dtype
         if not _plain_tensor(t, dtype):
             return False
-        sig.append((_Tensor, dtype, t.shape, False, None if t.is_cpu else t.device))  # detached: a Tensor, no grad
+        sig.append((_Tensor, dtype, t.shape, False, None if t.is_cpu else t.device, _layout(t)))  # detached: no grad
     tensors.extend(found)
     prefixes = tuple(metadata[::2])
     sig.append((dict, prefixes, (str,) * len(prefixes), False))

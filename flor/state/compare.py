@@ -26,7 +26,8 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
             return [path or "<root>"]
         if "h" in a or "h" in b:  # a packed leaf's own hash is "x" ("h" names its pack)
             same = a.get("x", a.get("h")) == b.get("x", b.get("h")) \
-                and a.get("shape") == b.get("shape") and a.get("dtype") == b.get("dtype")
+                and a.get("shape") == b.get("shape") and a.get("dtype") == b.get("dtype") \
+                and a.get("stride") == b.get("stride")
             return [] if same else [path or "<root>"]
         out: list[str] = []
         if a["t"] in _LEAF_NODES:  # no children: the same JSON is the same value (NaN included)

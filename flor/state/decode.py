@@ -18,7 +18,7 @@ import torch
 
 from ..errors import CheckpointError, FlorError, StateError
 from ..leaves import LEAF_KINDS, decode_leaf, find_class
-from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
+from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS, dense_stride
 from .nodes import Loader, _TORCH_DTYPES, _qualname, _set_frozen
 from .rng import _as_tuple, restore_rng
 
@@ -109,6 +109,11 @@ def _decode_tensor(node: dict, load: Loader, *, to_device: bool, path: str = "")
         t = torch.empty(shape, dtype=dtype)
     else:
         t = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
+    if "stride" in node:  # the recorded layout: a fused optimizer reads a moment's memory in its parameter's order
+        if not dense_stride(shape, node["stride"]):
+            raise CheckpointError(f"{path or 'a tensor'}: strides {node['stride']!r:.60} are not a dense layout of "
+                                  f"shape {shape}; the checkpoint is damaged")
+        t = torch.empty_strided(shape, node["stride"], dtype=dtype).copy_(t)
     device = node.get("device", "cpu")
     if to_device and device != "cpu":
         if not isinstance(device, str) or device.partition(":")[0] not in _DEVICE_TYPES:

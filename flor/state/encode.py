@@ -14,7 +14,7 @@ import torch
 
 from ..errors import StateError, warn
 from ..leaves import encode_leaf, sort_key
-from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
+from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS, dense_stride
 from .cache import TreeCache, _array_bytes
 from .nodes import _PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _frozen, _object_attrs, _qualname
 from .pending import BufferPool, Pending, _is_plain_tensor, _side_stream
@@ -69,6 +69,10 @@ class _Encoder:
             data = data.resolve_conj()
         if data.is_neg():
             data = data.resolve_neg()
+        if not data.is_contiguous():  # channels_last, a transposed matrix: stored row-major, restored so
+            stride = list(data.stride())
+            if dense_stride(node["shape"], stride):
+                node["stride"] = stride
         if self.tree_only:
             self.pending.tensors.append((node, data))
             return node
