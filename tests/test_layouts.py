@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import Runner, values
+from conftest import Runner, record_and_full_run
 
 HINDSIGHT = {"    # HINDSIGHT": '    w = net[0].weight\n'
                                 '    flor.log("exp_avg", opt.state[w]["exp_avg"].norm().item())\n'
@@ -25,11 +25,7 @@ NAMES = {"loss", "exp_avg", "channels_last"}
 def recorded(tmp_path_factory):
     """A recording with a checkpoint every 2nd epoch, and the full run of the edited script."""
     r = Runner(tmp_path_factory.mktemp("layouts"))
-    env = r.env(FLOR_EVERY="2")
-    r.run(r.script("layouts.py"), "--flor", "l", env=env)
-    edited = r.script("layouts.py", HINDSIGHT, dest="hindsight.py")
-    r.run(edited, "--flor", "full", env=env)
-    full = {k: v for k, v in values(r.logs("full"), "record").items() if k[0] in NAMES}
+    edited, full = record_and_full_run(r, "layouts.py", HINDSIGHT, NAMES)
     assert len(full) == 6 * len(NAMES) and {full[("channels_last", e, None)] for e in range(6)} == {True}
     return r, edited, full
 
@@ -37,5 +33,5 @@ def recorded(tmp_path_factory):
 @pytest.mark.parametrize("workers", [1, 3])
 def test_a_replay_restores_channels_last_moments_and_equals_a_full_run(recorded, workers):
     r, edited, full = recorded
-    got = {k: v for k, v in r.replay_workers(edited, "l", workers).items() if k[0] in NAMES}
+    got = {k: v for k, v in r.replay_workers(edited, "r", workers).items() if k[0] in NAMES}
     assert got == full

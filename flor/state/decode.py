@@ -284,6 +284,8 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             live.load_state_dict(state)
             if isinstance(node.get("frozen"), list) and isinstance(live, torch.nn.Module):
                 _set_frozen(live, node["frozen"])  # (absent: recorded before flor kept it)
+            if "aux" in node and isinstance(live, torch.nn.Module):
+                _restore_module_tensors(live, node["aux"], load, path)
             return live
         if kind == "tensor":
             value = _decode_tensor(node, load, to_device=True, path=path)
@@ -370,6 +372,32 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             f"cannot restore {path or 'an object'} ({node.get('cls', kind)}): {type(exc).__name__}: {exc}; was the "
             "object built differently from the recording (architecture, parameter groups)?"
         ) from exc
+
+
+def _restore_module_tensors(module: torch.nn.Module, node: Any, load: Loader, path: str) -> None:
+    """Put back a module's tensors outside its state_dict (a "stateful" node's "aux":
+    ``_module_tensors``), in place where the live one has the recorded shape and dtype. The
+    names come from a store: each must reach, through submodules only, a non-persistent buffer
+    or a tensor attribute the module has now; another (a parameter, a method, a name the
+    script no longer has) is left alone, never created."""
+    if not isinstance(node, dict) or node.get("t") != "dict" or not isinstance(node.get("k"), list) \
+            or not isinstance(node.get("v"), list) or len(node["k"]) != len(node["v"]):
+        raise CheckpointError(f"{path}: a module's tensors outside its state_dict are not a dict; the checkpoint is "
+                              "damaged")
+    for name, value in zip(node["k"], node["v"]):
+        if not isinstance(name, str) or not isinstance(value, dict) or value.get("t") != "tensor":
+            raise CheckpointError(f"{path}: module tensor {name!r:.60} is not a named tensor; the checkpoint is "
+                                  "damaged")
+        *parents, attr = name.split(".")
+        owner: Any = module
+        for part in parents:
+            owner = owner._modules.get(part) if isinstance(owner, torch.nn.Module) else None
+        if not isinstance(owner, torch.nn.Module) or not attr.isidentifier() or attr.startswith("__"):
+            continue
+        if attr in owner._non_persistent_buffers_set and isinstance(owner._buffers.get(attr), torch.Tensor):
+            owner._buffers[attr] = _restore(owner._buffers[attr], value, load, f"{path}.{name}", REFUSE_PICKLES)
+        elif type(owner.__dict__.get(attr)) is torch.Tensor:
+            owner.__dict__[attr] = _restore(owner.__dict__[attr], value, load, f"{path}.{name}", REFUSE_PICKLES)
 
 
 def _same_groups(live: torch.optim.Optimizer, state: Any, path: str) -> None:

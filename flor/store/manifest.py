@@ -340,6 +340,15 @@ def _stateful(node: dict, path: str, depth: int) -> None:
             _fail(path, "the frozen parameters are not a list")
         for name in frozen:
             _str(name, path, "a frozen parameter's name", _PARAM)
+    if "aux" in node:  # a module's tensors outside its state_dict, by dotted name
+        aux = node["aux"]
+        if not isinstance(aux, dict) or aux.get("t") != "dict":
+            _fail(path, "a module's tensors outside its state_dict are not a dict node")
+        for name, value in zip(_children(aux, "k", path), _children(aux, "v", path)):
+            _str(name, path, "a module tensor's name", _PARAM)
+            if not isinstance(value, dict) or value.get("t") != "tensor":
+                _fail(path, f"the module tensor {name!r:.60} is not a tensor node")
+        _mapping(aux, f"{path}.<aux>", depth)
     _with_v(node, path, depth)
 
 
