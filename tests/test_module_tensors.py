@@ -6,6 +6,8 @@ non-persistent buffers (``register_buffer(..., persistent=False)``) nor tensors 
 attributes, such as the ``weight`` that the legacy ``torch.nn.utils.weight_norm`` and
 ``spectral_norm`` compute before each forward. A replay that restored the block read them as
 they were before it (a sample count of 0, the weight of another epoch) and said "verified exact".
+A tensor attribute is put back in place, unless it shares a parameter's memory (the legacy
+spectral_norm's ``weight`` before the first forward), which writing through would change.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from flor.state import restore, snapshot
 HINDSIGHT = {"    # HINDSIGHT": '    flor.log("seen", net.seen.item())\n'
                                 '    flor.log("mean_in", net.mean_in.sum().item())\n'
                                 '    flor.log("last_mean", net.last_mean.item())\n'
-                                '    flor.log("out_weight", net.out.weight.norm().item())'}
-NAMES = {"loss", "seen", "mean_in", "last_mean", "out_weight"}
+                                '    flor.log("out_weight", net.out.weight.norm().item())\n'
+                                '    flor.log("hidden_weight", net.hidden.weight.norm().item())'}
+NAMES = {"loss", "seen", "mean_in", "last_mean", "out_weight", "hidden_weight"}
 
 
 @pytest.fixture(scope="module")

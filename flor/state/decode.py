@@ -376,14 +376,24 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
 
 def _restore_module_tensors(module: torch.nn.Module, node: Any, load: Loader, path: str) -> None:
     """Put back a module's tensors outside its state_dict (a "stateful" node's "aux":
-    ``_module_tensors``), in place where the live one has the recorded shape and dtype. The
-    names come from a store: each must reach, through submodules only, a non-persistent buffer
-    or a tensor attribute the module has now; another (a parameter, a method, a name the
-    script no longer has) is left alone, never created."""
+    ``_module_tensors``), after its state_dict. The names come from a store: each must reach,
+    through submodules only, a non-persistent buffer or a tensor attribute the module has now;
+    another (a parameter, a method, a name the script no longer has) is left alone, never
+    created.
+
+    One that already holds the recorded value stays as it is (a view of a parameter: restored
+    with it). Another is copied into in place where it has the recorded shape and dtype (what
+    else holds it sees the value too), but one that shares a parameter's or buffer's memory
+    is rebound to a tensor of its own: the legacy ``spectral_norm`` leaves ``weight`` over its
+    ``weight_orig`` until the first forward, and writing through it would change the parameter.
+    """
     if not isinstance(node, dict) or node.get("t") != "dict" or not isinstance(node.get("k"), list) \
             or not isinstance(node.get("v"), list) or len(node["k"]) != len(node["v"]):
         raise CheckpointError(f"{path}: a module's tensors outside its state_dict are not a dict; the checkpoint is "
                               "damaged")
+    owned: dict[int, list[torch.Tensor]] = {}
+    for t in (*module.parameters(), *module.buffers()):
+        owned.setdefault(t.untyped_storage().data_ptr(), []).append(t)
     for name, value in zip(node["k"], node["v"]):
         if not isinstance(name, str) or not isinstance(value, dict) or value.get("t") != "tensor":
             raise CheckpointError(f"{path}: module tensor {name!r:.60} is not a named tensor; the checkpoint is "
@@ -395,9 +405,23 @@ def _restore_module_tensors(module: torch.nn.Module, node: Any, load: Loader, pa
         if not isinstance(owner, torch.nn.Module) or not attr.isidentifier() or attr.startswith("__"):
             continue
         if attr in owner._non_persistent_buffers_set and isinstance(owner._buffers.get(attr), torch.Tensor):
-            owner._buffers[attr] = _restore(owner._buffers[attr], value, load, f"{path}.{name}", REFUSE_PICKLES)
+            where = owner._buffers
         elif type(owner.__dict__.get(attr)) is torch.Tensor:
-            owner.__dict__[attr] = _restore(owner.__dict__[attr], value, load, f"{path}.{name}", REFUSE_PICKLES)
+            where = owner.__dict__
+        else:
+            continue
+        current = where[attr]
+        recorded = _decode_tensor(value, load, to_device=True, path=f"{path}.{name}")
+        same = current.shape == recorded.shape and current.dtype == recorded.dtype \
+            and current.device == recorded.device
+        if same and torch.equal(current, recorded):
+            continue
+        shared = any(t is not current for t in owned.get(current.untyped_storage().data_ptr(), ()))
+        if same and not shared:
+            with torch.no_grad():
+                current.copy_(recorded)
+        else:
+            where[attr] = recorded
 
 
 def _same_groups(live: torch.optim.Optimizer, state: Any, path: str) -> None:

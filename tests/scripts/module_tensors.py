@@ -1,7 +1,8 @@
 """A module whose state is partly outside its state_dict: a non-persistent buffer counting the
 samples seen, another holding an EMA of the inputs, a tensor attribute set in forward, and a
 layer under the legacy ``torch.nn.utils.weight_norm``, which sets ``weight`` as a plain tensor
-attribute in a forward pre-hook. Used by tests/test_module_tensors.py.
+attribute in a forward pre-hook, and one under the legacy ``spectral_norm``, whose ``weight``
+shares its parameter's memory until the first forward. Used by tests/test_module_tensors.py.
 """
 
 import warnings
@@ -17,7 +18,7 @@ torch.manual_seed(0)
 class Net(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.hidden = torch.nn.Linear(6, 8)
+        self.hidden = torch.nn.utils.spectral_norm(torch.nn.Linear(6, 8))
         self.out = torch.nn.utils.weight_norm(torch.nn.Linear(8, 2))
         self.register_buffer("seen", torch.zeros((), dtype=torch.long), persistent=False)
         self.register_buffer("mean_in", torch.zeros(6), persistent=False)
