@@ -195,3 +195,15 @@ def values(records: list[dict], source: str | None = None) -> dict[tuple, object
         if source is None or r["source"] == source:
             out[(r["name"], r["epoch"], r["step"])] = r["value"]
     return out
+
+
+def record_and_full_run(r: Runner, script: str, hindsight: dict[str, str], names: set[str],
+                        every: str = "2") -> tuple[Path, dict[tuple, object]]:
+    """Record ``script`` as experiment "r" with a checkpoint every ``every`` epochs, and run it
+    edited with ``hindsight`` in full as "full": the edited script, and the values of ``names``
+    the full run logged, which a replay of "r" with the edited script must give."""
+    env = r.env(FLOR_EVERY=every)
+    r.run(r.script(script), "--flor", "r", env=env)
+    edited = r.script(script, hindsight, dest="hindsight.py")
+    r.run(edited, "--flor", "full", env=env)
+    return edited, {k: v for k, v in values(r.logs("full"), "record").items() if k[0] in names}

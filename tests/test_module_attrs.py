@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from conftest import Runner, values
 
-HINDSIGHT = {"    # HINDSIGHT": '    flor.log("et", net.epochs_trained)'}
+HINDSIGHT = {"    # HINDSIGHT": '    flor.log("et", net.epochs_trained)\n    flor.log("calls", net.fc.calls)'}
 
 
 def test_the_recording_names_a_module_attribute_the_block_changed(tmp_path):
@@ -30,3 +30,4 @@ def test_the_recording_names_a_module_attribute_the_block_changed(tmp_path):
     assert series("full", "record", "et") == [1, 2, 3]
     assert series("m", "replay", "et") == [0, 0, 0]  # why the warning matters
     assert series("m", "replay", "seen") == series("full", "record", "seen")  # the buffer is restored
+    assert series("m", "replay", "calls") == series("full", "record", "calls") == [1, 2, 3]  # the extra state too

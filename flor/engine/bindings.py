@@ -200,22 +200,30 @@ def stale_note(name: str, stale: list[str]) -> list[str]:
 _PLAIN = (bool, int, float, str, list, dict, tuple)
 
 
-def _module_attrs(variables: dict) -> dict[tuple[int, str], object]:
+def _module_attrs(variables: dict) -> dict[tuple[int, str], tuple[object, int, str]]:
+    """``{(id of the variable's module, dotted name): (value or (type, length), id of the owning
+    module, attribute)}``. A module with its own ``get_extra_state`` is passed over: what it
+    keeps there (a count, a history) is in its state_dict, and flor cannot tell which
+    attributes that covers."""
     import torch
 
-    out: dict[tuple[int, str], object] = {}
+    own_extra = torch.nn.Module.get_extra_state
+    out: dict[tuple[int, str], tuple[object, int, str]] = {}
     for var, value in variables.items():
         if not isinstance(value, torch.nn.Module) or var.startswith("__"):
             continue
         for sub, m in value.named_modules():
+            if getattr(type(m), "get_extra_state", own_extra) is not own_extra:
+                continue
             for attr, v in vars(m).items():
                 if not attr.startswith("_") and attr != "training" and type(v) in _PLAIN:
                     key = f"{var}.{sub}.{attr}" if sub else f"{var}.{attr}"
-                    out[(id(value), key)] = (type(v), len(v)) if isinstance(v, (list, dict, tuple)) else v
+                    seen = (type(v), len(v)) if isinstance(v, (list, dict, tuple)) else v
+                    out[(id(value), key)] = (seen, id(m), attr)
     return out
 
 
-def watch_module_attrs(frame: FrameType | None) -> dict[tuple[int, str], object]:
+def watch_module_attrs(frame: FrameType | None) -> dict[tuple[int, str], tuple[object, int, str]]:
     """The plain attributes (numbers, strings, lengths of lists and dicts) of the modules among
     the variables of ``frame``, taken as a block is first entered. Never raises."""
     try:
@@ -226,7 +234,7 @@ def watch_module_attrs(frame: FrameType | None) -> dict[tuple[int, str], object]
         return {}
 
 
-def warn_module_attrs(name: str, watched: dict[tuple[int, str], object], frame: FrameType | None,
+def warn_module_attrs(name: str, watched: dict[tuple[int, str], tuple[object, int, str]], frame: FrameType | None,
                       objs: tuple) -> None:
     """Warn about each plain attribute of a module given to ``end(*objs)`` that block ``name``
     changed (``model.temperature *= 0.9``, a list it appends to): a module is checkpointed
@@ -239,8 +247,10 @@ def warn_module_attrs(name: str, watched: dict[tuple[int, str], object], frame: 
 
         given = _passed(objs)
         now = _module_attrs(frame_variables(frame))
+        named: set[tuple[int, str]] = set()  # (module, attribute): once, under the first name that reaches it
         for (root, key), before in watched.items():
-            if root in given and (root, key) in now and now[(root, key)] != before:
+            if root in given and (root, key) in now and now[(root, key)] != before and before[1:] not in named:
+                named.add(before[1:])
                 warn(f"SkipBlock.end({name!r}): the block changed `{key}`, a plain attribute of a module given to "
                      "end(): a module is checkpointed through its state_dict, which does not hold it, so a replay "
                      f"that restores {name!r} leaves `{key}` as it was; keep it in a buffer "

@@ -15,6 +15,8 @@ Node forms (plain JSON values stand for themselves: None, bool, int, float, str)
     {"t": "list"|"tuple", "v": [node...]}
     {"t": "dict"|"odict", "k": [node...], "v": [node...], "meta": node?}
     {"t": "tensor", "h": hash, "dtype": str, "shape": [int], "device": str, "rg": bool}
+    {..., "stride": [int]}                         a dense layout other than row-major (channels_last):
+                                                   the bytes are row-major, a restore lays them out so
     {"t": "ndarray", "h": hash, "dtype": str, "shape": [int]}
     {"t": "npscalar", "dtype": str, "v": value}
     {"t": "stateful", "cls": str, "v": node}       state_dict()/load_state_dict(); a module's also

@@ -26,7 +26,7 @@ import torch
 from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
 from ..store.writer import give_turn
-from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _frozen, _object_attrs
+from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _frozen, _module_tensors, _object_attrs
 from .pending import Pending, _empty_like, _side_stream, _tensor_bytes
 
 __all__ = ["TreeCache"]
@@ -56,7 +56,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         dtype = obj.dtype
         if not _plain_tensor(obj, dtype):
             return False
-        sig.append((t, dtype, obj.shape, obj.requires_grad, None if obj.is_cpu else obj.device))
+        sig.append((t, dtype, obj.shape, obj.requires_grad, None if obj.is_cpu else obj.device, _layout(obj)))
         tensors.append(obj)
         return True
     if t is _Generator:  # the encoder's "generator" node: the device, then the state (a new tensor per read)
@@ -111,6 +111,11 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         return _flatten(obj.get_state(legacy=False), sig, vals, tensors, depth + 1, direct)
     if isinstance(obj, torch.nn.Module):
         vals.append(_frozen(obj))  # the node's "frozen", before its state (``_build``'s order)
+        aux = _module_tensors(obj)
+        if aux:  # then its "aux"
+            sig.append(_AUX)
+            if not _flatten(aux, sig, vals, tensors, depth + 1, direct):
+                return False
         if direct:
             done = _module(obj, sig, vals, tensors)
             if done is not None:
@@ -157,6 +162,8 @@ def _object_kind(t: type) -> str | None:
     return kind  # type: ignore[return-value]
 
 
+#: the signature's mark for a module's tensors outside its state_dict (a "stateful" node's "aux")
+_AUX = "aux"
 #: the signature's mark for a list or tuple walked as one value (``_plain_list``), its length left out
 _PLAIN_LIST = "plain"
 _NO = object()  # a value the encoder does not write inline (``_inline``)
@@ -254,6 +261,12 @@ def _array_bytes(a: np.ndarray) -> torch.Tensor | None:
         return None
 
 
+def _layout(t: torch.Tensor) -> tuple | None:
+    """A tensor's strides where it is not contiguous (the encoder keeps a dense one as its node's
+    ``"stride"``), so that a snapshot whose tensors changed layout learns its template again."""
+    return None if t.is_contiguous() else t.stride()
+
+
 def _plain_tensor(t: torch.Tensor, dtype: torch.dtype) -> bool:
     """A dense CPU or CUDA tensor (of ``dtype``) whose bytes a copy takes as they are: not
     quantized, no conjugate or negative bit."""
@@ -323,7 +336,7 @@ def _module(m: Any, sig: list, vals: list, tensors: list) -> bool | None:
         dtype = t.dtype
         if not _plain_tensor(t, dtype):
             return False
-        sig.append((_Tensor, dtype, t.shape, False, None if t.is_cpu else t.device))  # detached: a Tensor, no grad
+        sig.append((_Tensor, dtype, t.shape, False, None if t.is_cpu else t.device, _layout(t)))  # detached: no grad
     tensors.extend(found)
     prefixes = tuple(metadata[::2])
     sig.append((dict, prefixes, (str,) * len(prefixes), False))
@@ -428,6 +441,9 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
             out["meta"] = _build(node["meta"], vals, nodes)
         return out
     if kind == "stateful":
+        if "aux" in node:  # a module's, with tensors outside its state_dict
+            return {"t": kind, "cls": node["cls"], "frozen": next(vals), "aux": _build(node["aux"], vals, nodes),
+                    "v": _build(node["v"], vals, nodes)}
         if "frozen" in node:  # a module's
             return {"t": kind, "cls": node["cls"], "frozen": next(vals), "v": _build(node["v"], vals, nodes)}
         return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
@@ -478,6 +494,8 @@ def _values(node: Any, out: list, keys: list | None = None) -> None:
     if kind in ("stateful", "generator", "object", "dataclass", "pyrandom", "npgenerator", "nprandomstate"):
         if "frozen" in node:
             out.append(node["frozen"])
+        if "aux" in node:
+            _values(node["aux"], out, keys)
         _values(node["v"], out, keys)
         return
     raise _NotTemplate(kind)

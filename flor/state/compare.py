@@ -26,7 +26,8 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
             return [path or "<root>"]
         if "h" in a or "h" in b:  # a packed leaf's own hash is "x" ("h" names its pack)
             same = a.get("x", a.get("h")) == b.get("x", b.get("h")) \
-                and a.get("shape") == b.get("shape") and a.get("dtype") == b.get("dtype")
+                and a.get("shape") == b.get("shape") and a.get("dtype") == b.get("dtype") \
+                and a.get("stride") == b.get("stride")
             return [] if same else [path or "<root>"]
         out: list[str] = []
         if a["t"] in _LEAF_NODES:  # no children: the same JSON is the same value (NaN included)
@@ -46,6 +47,8 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
                 if "frozen" in a and "frozen" in b and a["frozen"] != b["frozen"]:  # (a recording older
                     # than "frozen" has none: not a difference)
                     out.append(f"{path}.<requires_grad>" if path else "<requires_grad>")
+                if "aux" in a or "aux" in b:  # a module's tensors outside its state_dict
+                    out += diff_nodes(a.get("aux"), b.get("aux"), f"{path}.<aux>" if path else "<aux>")
                 return out + diff_nodes(a["v"], b["v"], path)
             ka, kb = a["k"], b["k"]
             if ka != kb:

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import CheckpointError, FlorError, StateError
 from ..leaves import LEAF_KINDS, decode_leaf, find_class
-from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
+from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS, dense_stride
 from .nodes import Loader, _TORCH_DTYPES, _qualname, _set_frozen
 from .rng import _as_tuple, restore_rng
 
@@ -109,6 +109,11 @@ def _decode_tensor(node: dict, load: Loader, *, to_device: bool, path: str = "")
         t = torch.empty(shape, dtype=dtype)
     else:
         t = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
+    if "stride" in node:  # the recorded layout: a fused optimizer reads a moment's memory in its parameter's order
+        if not dense_stride(shape, node["stride"]):
+            raise CheckpointError(f"{path or 'a tensor'}: strides {node['stride']!r:.60} are not a dense layout of "
+                                  f"shape {shape}; the checkpoint is damaged")
+        t = torch.empty_strided(shape, node["stride"], dtype=dtype).copy_(t)
     device = node.get("device", "cpu")
     if to_device and device != "cpu":
         if not isinstance(device, str) or device.partition(":")[0] not in _DEVICE_TYPES:
@@ -279,6 +284,8 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             live.load_state_dict(state)
             if isinstance(node.get("frozen"), list) and isinstance(live, torch.nn.Module):
                 _set_frozen(live, node["frozen"])  # (absent: recorded before flor kept it)
+            if "aux" in node and isinstance(live, torch.nn.Module):
+                _restore_module_tensors(live, node["aux"], load, path)
             return live
         if kind == "tensor":
             value = _decode_tensor(node, load, to_device=True, path=path)
@@ -365,6 +372,56 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             f"cannot restore {path or 'an object'} ({node.get('cls', kind)}): {type(exc).__name__}: {exc}; was the "
             "object built differently from the recording (architecture, parameter groups)?"
         ) from exc
+
+
+def _restore_module_tensors(module: torch.nn.Module, node: Any, load: Loader, path: str) -> None:
+    """Put back a module's tensors outside its state_dict (a "stateful" node's "aux":
+    ``_module_tensors``), after its state_dict. The names come from a store: each must reach,
+    through submodules only, a non-persistent buffer or a tensor attribute the module has now;
+    another (a parameter, a method, a name the script no longer has) is left alone, never
+    created.
+
+    One that already holds the recorded value stays as it is (a view of a parameter: restored
+    with it). Another is copied into in place where it has the recorded shape and dtype (what
+    else holds it sees the value too), but one that shares a parameter's or buffer's memory
+    is rebound to a tensor of its own: the legacy ``spectral_norm`` leaves ``weight`` over its
+    ``weight_orig`` until the first forward, and writing through it would change the parameter.
+    """
+    if not isinstance(node, dict) or node.get("t") != "dict" or not isinstance(node.get("k"), list) \
+            or not isinstance(node.get("v"), list) or len(node["k"]) != len(node["v"]):
+        raise CheckpointError(f"{path}: a module's tensors outside its state_dict are not a dict; the checkpoint is "
+                              "damaged")
+    owned: dict[int, list[torch.Tensor]] = {}
+    for t in (*module.parameters(), *module.buffers()):
+        owned.setdefault(t.untyped_storage().data_ptr(), []).append(t)
+    for name, value in zip(node["k"], node["v"]):
+        if not isinstance(name, str) or not isinstance(value, dict) or value.get("t") != "tensor":
+            raise CheckpointError(f"{path}: module tensor {name!r:.60} is not a named tensor; the checkpoint is "
+                                  "damaged")
+        *parents, attr = name.split(".")
+        owner: Any = module
+        for part in parents:
+            owner = owner._modules.get(part) if isinstance(owner, torch.nn.Module) else None
+        if not isinstance(owner, torch.nn.Module) or not attr.isidentifier() or attr.startswith("__"):
+            continue
+        if attr in owner._non_persistent_buffers_set and isinstance(owner._buffers.get(attr), torch.Tensor):
+            where = owner._buffers
+        elif type(owner.__dict__.get(attr)) is torch.Tensor:
+            where = owner.__dict__
+        else:
+            continue
+        current = where[attr]
+        recorded = _decode_tensor(value, load, to_device=True, path=f"{path}.{name}")
+        same = current.shape == recorded.shape and current.dtype == recorded.dtype \
+            and current.device == recorded.device
+        if same and torch.equal(current, recorded):
+            continue
+        shared = any(t is not current for t in owned.get(current.untyped_storage().data_ptr(), ()))
+        if same and not shared:
+            with torch.no_grad():
+                current.copy_(recorded)
+        else:
+            where[attr] = recorded
 
 
 def _same_groups(live: torch.optim.Optimizer, state: Any, path: str) -> None:

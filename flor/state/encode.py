@@ -14,9 +14,10 @@ import torch
 
 from ..errors import StateError, warn
 from ..leaves import encode_leaf, sort_key
-from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS
+from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS, dense_stride
 from .cache import TreeCache, _array_bytes
-from .nodes import _PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _frozen, _object_attrs, _qualname
+from .nodes import (_PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _frozen, _module_tensors, _object_attrs,
+                    _qualname)
 from .pending import BufferPool, Pending, _is_plain_tensor, _side_stream
 from .rng import NumpyRaw, settled
 
@@ -69,6 +70,10 @@ class _Encoder:
             data = data.resolve_conj()
         if data.is_neg():
             data = data.resolve_neg()
+        if not data.is_contiguous():  # channels_last, a transposed matrix: stored row-major, restored so
+            stride = list(data.stride())
+            if dense_stride(node["shape"], stride):
+                node["stride"] = stride
         if self.tree_only:
             self.pending.tensors.append((node, data))
             return node
@@ -210,8 +215,12 @@ class _Encoder:
                     "v": [self.encode(x, f"{path}.{k}") for k, x in zip(type(obj)._fields, obj)]}
         if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
             if isinstance(obj, torch.nn.Module):
-                return {"t": "stateful", "cls": _qualname(obj), "frozen": _frozen(obj),
-                        "v": self.encode(obj.state_dict(), path)}
+                node = {"t": "stateful", "cls": _qualname(obj), "frozen": _frozen(obj)}
+                aux = _module_tensors(obj)
+                if aux:  # before "v": the fast walk's order (``flor.state.cache``)
+                    node["aux"] = self.encode(aux, f"{path}.<aux>")
+                node["v"] = self.encode(obj.state_dict(), path)
+                return node
             return {"t": "stateful", "cls": _qualname(obj), "v": self.encode(obj.state_dict(), path)}
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             return {"t": "dataclass", "cls": _qualname(obj), "v": self.encode(_dataclass_attrs(obj), path)}

@@ -11,6 +11,7 @@ import torch
 import torch.utils.data
 
 from ..store.manifest import TORCH_DTYPES
+from .pending import _is_plain_tensor
 
 __all__ = ["Loader"]
 
@@ -61,6 +62,34 @@ def _frozen(module: torch.nn.Module) -> list[str]:
     return [f"{prefix}.{name}" if prefix else name
             for prefix, m in module.named_modules(remove_duplicate=False)
             for name, p in m._parameters.items() if p is not None and not p.requires_grad]
+
+
+def _module_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors of ``module`` (and its submodules) that its ``state_dict`` leaves out, by
+    dotted name: non-persistent buffers, and tensors kept as plain attributes, such as the
+    ``weight`` that the legacy ``torch.nn.utils.weight_norm`` and ``spectral_norm`` compute
+    before each forward: the "aux" of a module's "stateful" node, so that a restore puts them
+    back too. Dense ones only (anything else would be pickled); a submodule met twice once.
+
+    >>> import torch
+    >>> m = torch.nn.Linear(2, 2)
+    >>> m.register_buffer("seen", torch.zeros(()), persistent=False)
+    >>> m.scale = torch.ones(2)
+    >>> list(_module_tensors(torch.nn.Sequential(m)))
+    ['0.seen', '0.scale']
+    """
+    out: dict[str, torch.Tensor] = {}
+    tensor = torch.Tensor
+    for prefix, m in module.named_modules():
+        dot = f"{prefix}." if prefix else ""
+        for name in m._non_persistent_buffers_set:
+            b = m._buffers.get(name)
+            if b is not None and _is_plain_tensor(b):
+                out[dot + name] = b
+        for name, v in m.__dict__.items():
+            if type(v) is tensor and not name.startswith("__") and _is_plain_tensor(v):
+                out[dot + name] = v
+    return out
 
 
 def _set_frozen(module: torch.nn.Module, frozen: list[str]) -> None:

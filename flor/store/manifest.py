@@ -30,7 +30,7 @@ from .ids import is_blob_hash, is_block_name
 
 __all__ = [
     "FORMAT", "NP_KINDS", "PATH_CLASSES", "TORCH_DTYPES", "canonical_bytes", "check_manifest", "check_node",
-    "canonical_json", "has_pickles", "seal", "sealed_bytes",
+    "canonical_json", "dense_stride", "has_pickles", "seal", "sealed_bytes",
 ]
 
 #: manifests with a whole-manifest ``sha256``; format 1 (before it) is refused as unverifiable
@@ -212,6 +212,38 @@ def _shape(shape: Any, path: str) -> int:
     return n
 
 
+def dense_stride(shape: Any, stride: Any) -> bool:
+    """Whether ``stride`` lays ``shape`` out densely, without overlap, in an order other than
+    row-major (channels_last, a transposed matrix): the layouts a tensor node keeps as its
+    ``"stride"``, which take exactly the tensor's bytes (a damaged one cannot make a replay
+    allocate more).
+
+    >>> dense_stride([2, 3, 4, 5], [60, 1, 15, 3]), dense_stride([2, 3], [3, 1]), dense_stride([2, 3], [1, 1])
+    (True, False, False)
+    """
+    if not isinstance(shape, list) or not isinstance(stride, list) or len(shape) != len(stride) \
+            or not all(type(d) is int and d >= 0 for d in shape) or not all(type(s) is int and s >= 0 for s in stride):
+        return False
+    if 0 in shape:
+        return False
+    expected = 1
+    for s, d in sorted((s, d) for s, d in zip(stride, shape) if d != 1):  # innermost first
+        if s != expected:
+            return False
+        expected *= d
+    return not _row_major(shape, stride)
+
+
+def _row_major(shape: list, stride: list) -> bool:
+    """Whether a dense ``stride`` is row-major (a contiguous tensor's, dims of size 1 aside)."""
+    expected = 1
+    for s, d in zip(reversed(stride), reversed(shape)):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
 def _children(node: dict, key: str, path: str) -> list:
     value = node.get(key)
     if not isinstance(value, list):
@@ -279,6 +311,8 @@ def _tensor(node: dict, path: str, depth: int) -> None:
     rg = node.get("rg", False)
     if not isinstance(rg, bool) or (rg and not (dtype.startswith(("float", "complex", "bfloat")))):
         _fail(path, f"requires_grad {rg!r:.20} does not fit dtype {dtype}")
+    if "stride" in node and not dense_stride(node.get("shape"), node["stride"]):
+        _fail(path, f"the strides {node['stride']!r:.60} are not a dense layout of shape {node.get('shape')!r:.60}")
 
 
 def _ndarray(node: dict, path: str, depth: int) -> None:
@@ -306,6 +340,15 @@ def _stateful(node: dict, path: str, depth: int) -> None:
             _fail(path, "the frozen parameters are not a list")
         for name in frozen:
             _str(name, path, "a frozen parameter's name", _PARAM)
+    if "aux" in node:  # a module's tensors outside its state_dict, by dotted name
+        aux = node["aux"]
+        if not isinstance(aux, dict) or aux.get("t") != "dict":
+            _fail(path, "a module's tensors outside its state_dict are not a dict node")
+        for name, value in zip(_children(aux, "k", path), _children(aux, "v", path)):
+            _str(name, path, "a module tensor's name", _PARAM)
+            if not isinstance(value, dict) or value.get("t") != "tensor":
+                _fail(path, f"the module tensor {name!r:.60} is not a tensor node")
+        _mapping(aux, f"{path}.<aux>", depth)
     _with_v(node, path, depth)
 
 
