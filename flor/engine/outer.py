@@ -6,7 +6,9 @@ rate set by hand. A replay worker that starts mid-run skips the epochs before it
 so without help it would start that state fresh. The recording therefore notes, at the end
 of each epoch, the variables of the loop's frame (module globals for a top-level loop, the
 function's locals for a loop inside a function) that are plain data: numbers, strings,
-bools, None, NumPy and 0-d tensor scalars, and small tuples, lists and dicts of them. A
+bools, None, NumPy and 0-d tensor scalars, small numeric NumPy arrays, and small tuples,
+lists, dicts, deques, Counters, OrderedDicts and defaultdicts (of list, int, float, dict or
+str) of them. A
 worker that starts at epoch ``a > 0`` restores the values noted after epoch ``a - 1`` before
 its first epoch runs.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import collections
 import dis
 import json
+import math
 import os
 import sys
 import types
@@ -58,7 +61,11 @@ _SCALARS = (int, float, str, bool, type(None))
 _STORES = {"STORE_NAME", "STORE_FAST", "STORE_GLOBAL", "STORE_DEREF", "UNPACK_SEQUENCE", "UNPACK_EX"}
 _SKIP_NAMES = {"_", "__", "___"}
 _NUMBERS = (int, float, bool, type(None))
-_CONTAINERS = (str, list, tuple, dict)
+_CONTAINERS = (str, list, tuple, dict, collections.deque, collections.Counter, collections.OrderedDict,
+               collections.defaultdict)
+#: the factories of a defaultdict that is plain data, by the name its node keeps
+_FACTORIES = {"list": list, "int": int, "float": float, "dict": dict, "str": str}
+_COLLECTIONS = frozenset((collections.deque, collections.Counter, collections.OrderedDict, collections.defaultdict))
 
 
 class NotPlain(Exception):
@@ -91,7 +98,14 @@ def _encode(value: Any, budget: list[int], depth: int) -> Any:
         return {"l" if kind is list else "t": [_encode(v, budget, depth + 1) for v in value]}
     if kind is dict:
         return {"d": [[_encode(k, budget, depth + 1), _encode(v, budget, depth + 1)] for k, v in value.items()]}
+    if kind in _COLLECTIONS:
+        return _encode_collection(value, kind, budget, depth)
     np = sys.modules.get("numpy")
+    if np is not None and kind is np.ndarray:
+        if value.dtype.kind not in "biuf" or value.dtype.byteorder == ">" or value.size > budget[0]:
+            raise NotPlain("a NumPy array that is not small and numeric")
+        budget[0] -= value.size
+        return {"nd": value.dtype.str, "s": list(value.shape), "v": value.ravel().tolist()}
     if np is not None and isinstance(value, np.generic) and kind.__module__ == "numpy":
         item = value.item()
         if type(item) not in _SCALARS or isinstance(item, str):
@@ -105,26 +119,56 @@ def _encode(value: Any, budget: list[int], depth: int) -> Any:
     raise NotPlain(kind.__name__)
 
 
+def _encode_collection(value: Any, kind: type, budget: list[int], depth: int) -> Any:
+    """A deque (``{"q": items, "m": maxlen}``), Counter (``{"C": pairs}``), OrderedDict
+    (``{"od": pairs}``) or defaultdict of a builtin factory (``{"dd": factory, "d": pairs}``)."""
+    if kind is collections.deque:
+        return {"q": [_encode(v, budget, depth + 1) for v in value], "m": value.maxlen}
+    pairs = [[_encode(k, budget, depth + 1), _encode(v, budget, depth + 1)] for k, v in value.items()]
+    if kind is collections.defaultdict:
+        factory = next((n for n, f in _FACTORIES.items() if f is value.default_factory), None)
+        if factory is None:
+            raise NotPlain("a defaultdict of another factory")
+        return {"dd": factory, "d": pairs}
+    return {"C" if kind is collections.Counter else "od": pairs}
+
+
 def decode(node: Any) -> Any:
-    """The value ``encode`` wrote; raises ``ValueError`` on anything it never writes."""
+    """The value ``encode`` wrote; raises ``ValueError`` on anything it never writes (an int
+    too big for its dtype too)."""
+    try:
+        return _decode(node)
+    except (OverflowError, RecursionError) as exc:
+        raise ValueError(f"not an encoded value ({exc})") from None
+
+
+def _decode(node: Any) -> Any:
     if type(node) in _SCALARS:
         return node
     if not isinstance(node, dict) or len(node) not in (1, 2, 3):
         raise ValueError(f"not an encoded value: {node!r:.60}")
     if "l" in node and isinstance(node["l"], list):
-        return [decode(v) for v in node["l"]]
+        return [_decode(v) for v in node["l"]]
     if "t" in node and isinstance(node["t"], list):
-        return tuple(decode(v) for v in node["t"])
+        return tuple(_decode(v) for v in node["t"])
+    if "dd" in node and isinstance(node.get("d"), list):
+        factory = _FACTORIES.get(node["dd"]) if isinstance(node["dd"], str) else None
+        if factory is None:
+            raise ValueError(f"not a defaultdict factory flor writes: {node['dd']!r:.40}")
+        return _pairs(node["d"], collections.defaultdict(factory))
     if "d" in node and isinstance(node["d"], list):
-        out = {}
-        for pair in node["d"]:
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise ValueError("a dict entry is not a [key, value] pair")
-            key = decode(pair[0])
-            if not isinstance(key, (int, float, str, bool, tuple, type(None))):
-                raise ValueError(f"unhashable dict key {key!r:.60}")
-            out[key] = decode(pair[1])
-        return out
+        return _pairs(node["d"], {})
+    if "C" in node and isinstance(node["C"], list):
+        return _pairs(node["C"], collections.Counter())
+    if "od" in node and isinstance(node["od"], list):
+        return _pairs(node["od"], collections.OrderedDict())
+    if "q" in node and isinstance(node["q"], list):
+        maxlen = node.get("m")
+        if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+            raise ValueError(f"not a deque's maxlen: {maxlen!r:.40}")
+        return collections.deque((_decode(v) for v in node["q"]), maxlen)
+    if "nd" in node and isinstance(node.get("s"), list) and isinstance(node.get("v"), list):
+        return _array(node)
     if "np" in node and type(node.get("v")) in (int, float, bool):
         import numpy as np
 
@@ -143,6 +187,32 @@ def decode(node: Any) -> Any:
             device = "cpu"
         return torch.tensor(node["v"], dtype=dtype, device=device)
     raise ValueError(f"not an encoded value: {node!r:.60}")
+
+
+def _pairs(pairs: list, out: dict) -> dict:
+    """Fill ``out`` from encoded ``[key, value]`` pairs (a key must be hashable plain data)."""
+    for pair in pairs:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError("a dict entry is not a [key, value] pair")
+        key = _decode(pair[0])
+        if not isinstance(key, (int, float, str, bool, tuple, type(None))):
+            raise ValueError(f"unhashable dict key {key!r:.60}")
+        out[key] = _decode(pair[1])
+    return out
+
+
+def _array(node: dict) -> Any:
+    """A NumPy array ``encode`` wrote: a numeric dtype, a shape that holds exactly its values."""
+    import numpy as np
+
+    dtype = np.dtype(str(node["nd"]))
+    shape, flat = node["s"], node["v"]
+    if dtype.kind not in "biuf" or dtype.byteorder == ">":
+        raise ValueError(f"not a numeric NumPy dtype: {node['nd']!r:.40}")
+    if len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape) or math.prod(shape) != len(flat) \
+            or not all(type(v) in (int, float, bool) for v in flat):
+        raise ValueError("a NumPy array's shape does not hold its values")
+    return np.array(flat, dtype=dtype).reshape(shape)
 
 
 def left_normally(frame: FrameType | None) -> bool:
@@ -338,27 +408,29 @@ def _maybe_scalar(kind: type) -> bool:
     if kind in _CONTAINERS:
         return True
     np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
-    return bool(np is not None and issubclass(kind, np.generic) or torch is not None and issubclass(kind, torch.Tensor))
+    return bool(np is not None and (issubclass(kind, np.generic) or kind is np.ndarray)
+                or torch is not None and issubclass(kind, torch.Tensor))
 
 
 def _scalar_like(value: Any) -> bool:
-    """A NumPy scalar or a 0-d tensor (checked without importing either)."""
+    """A NumPy scalar or array, or a 0-d tensor (checked without importing either)."""
     np = sys.modules.get("numpy")
-    if np is not None and isinstance(value, np.generic):
+    if np is not None and (isinstance(value, np.generic) or type(value) is np.ndarray):
         return True
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor) and value.dim() == 0
 
 
 def _plain_now(value: Any) -> bool:
-    """Data a restore may replace: a scalar, string, list, tuple or dict, a NumPy scalar or a 0-d
-    tensor, however long (a history the replay grew past ``MAX_ITEMS`` is still replaced); never
-    a module, function, model or other object the script binds the name to now."""
+    """Data a restore may replace: a scalar, string, list, tuple, dict or ``collections``
+    container, a NumPy scalar or numeric array or a 0-d tensor, however long (a history the
+    replay grew past ``MAX_ITEMS`` is still replaced); never a module, function, model or other
+    object the script binds the name to now."""
     kind = type(value)
-    if kind in _SCALARS or kind is list or kind is tuple or kind is dict:
+    if kind in _SCALARS or kind in _CONTAINERS:
         return True
     np = sys.modules.get("numpy")
-    if np is not None and isinstance(value, np.generic):
+    if np is not None and (isinstance(value, np.generic) or kind is np.ndarray and value.dtype.kind in "biuf"):
         return True
     torch = sys.modules.get("torch")
     try:
