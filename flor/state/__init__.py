@@ -21,6 +21,7 @@ Node forms (plain JSON values stand for themselves: None, bool, int, float, str)
     {"t": "npscalar", "dtype": str, "v": value}
     {"t": "stateful", "cls": str, "v": node}       state_dict()/load_state_dict(); a module's also
     {..., "frozen": [str]}                         its parameters that do not require grad
+    {..., "eval": [str]}                           its submodules in eval mode ("" itself)
     {"t": "generator", "device": str, "v": node}   torch.Generator
     {"t": "pyrandom"|"nprandomstate"|"npgenerator", "v": node}
     {"t": "npbitgen", "cls": "PCG64"|..., "v": node}

@@ -26,7 +26,7 @@ import torch
 from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
 from ..store.writer import give_turn
-from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _frozen, _module_tensors, _object_attrs
+from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _eval_modules, _frozen, _module_tensors, _object_attrs
 from .pending import Pending, _empty_like, _side_stream, _tensor_bytes
 
 __all__ = ["TreeCache"]
@@ -110,7 +110,8 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append(t)
         return _flatten(obj.get_state(legacy=False), sig, vals, tensors, depth + 1, direct)
     if isinstance(obj, torch.nn.Module):
-        vals.append(_frozen(obj))  # the node's "frozen", before its state (``_build``'s order)
+        vals.append(_frozen(obj))  # the node's "frozen" and "eval", before its state (``_build``'s order)
+        vals.append(_eval_modules(obj))
         aux = _module_tensors(obj)
         if aux:  # then its "aux"
             sig.append(_AUX)
@@ -441,12 +442,13 @@ def _build(node: Any, vals: Any, nodes: list[dict]) -> Any:
             out["meta"] = _build(node["meta"], vals, nodes)
         return out
     if kind == "stateful":
-        if "aux" in node:  # a module's, with tensors outside its state_dict
-            return {"t": kind, "cls": node["cls"], "frozen": next(vals), "aux": _build(node["aux"], vals, nodes),
-                    "v": _build(node["v"], vals, nodes)}
-        if "frozen" in node:  # a module's
-            return {"t": kind, "cls": node["cls"], "frozen": next(vals), "v": _build(node["v"], vals, nodes)}
-        return {"t": kind, "cls": node["cls"], "v": _build(node["v"], vals, nodes)}
+        out = {"t": kind, "cls": node["cls"]}
+        if "frozen" in node:  # a module's: its frozen parameters, the submodules in eval mode
+            out["frozen"], out["eval"] = next(vals), next(vals)
+        if "aux" in node:  # ... and tensors outside its state_dict
+            out["aux"] = _build(node["aux"], vals, nodes)
+        out["v"] = _build(node["v"], vals, nodes)
+        return out
     if kind == "npscalar":
         return {"t": kind, "dtype": node["dtype"], "v": next(vals)}
     if kind == "generator":
@@ -494,6 +496,7 @@ def _values(node: Any, out: list, keys: list | None = None) -> None:
     if kind in ("stateful", "generator", "object", "dataclass", "pyrandom", "npgenerator", "nprandomstate"):
         if "frozen" in node:
             out.append(node["frozen"])
+            out.append(node["eval"])
         if "aux" in node:
             _values(node["aux"], out, keys)
         _values(node["v"], out, keys)

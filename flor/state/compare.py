@@ -47,6 +47,8 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
                 if "frozen" in a and "frozen" in b and a["frozen"] != b["frozen"]:  # (a recording older
                     # than "frozen" has none: not a difference)
                     out.append(f"{path}.<requires_grad>" if path else "<requires_grad>")
+                if "eval" in a and "eval" in b and a["eval"] != b["eval"]:  # train/eval mode
+                    out.append(f"{path}.<training>" if path else "<training>")
                 if "aux" in a or "aux" in b:  # a module's tensors outside its state_dict
                     out += diff_nodes(a.get("aux"), b.get("aux"), f"{path}.<aux>" if path else "<aux>")
                 return out + diff_nodes(a["v"], b["v"], path)

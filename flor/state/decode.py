@@ -19,7 +19,7 @@ import torch
 from ..errors import CheckpointError, FlorError, StateError
 from ..leaves import LEAF_KINDS, decode_leaf, find_class
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS, dense_stride
-from .nodes import Loader, _TORCH_DTYPES, _qualname, _set_frozen
+from .nodes import Loader, _TORCH_DTYPES, _qualname, _set_eval, _set_frozen
 from .rng import _as_tuple, restore_rng
 
 __all__ = ["PickleTrust", "REFUSE_PICKLES", "decode", "restore", "restore_all"]
@@ -284,6 +284,8 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             live.load_state_dict(state)
             if isinstance(node.get("frozen"), list) and isinstance(live, torch.nn.Module):
                 _set_frozen(live, node["frozen"])  # (absent: recorded before flor kept it)
+            if isinstance(node.get("eval"), list) and isinstance(live, torch.nn.Module):
+                _set_eval(live, node["eval"])  # (absent: recorded before flor kept it)
             if "aux" in node and isinstance(live, torch.nn.Module):
                 _restore_module_tensors(live, node["aux"], load, path)
             return live

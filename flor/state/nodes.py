@@ -64,6 +64,30 @@ def _frozen(module: torch.nn.Module) -> list[str]:
             for name, p in m._parameters.items() if p is not None and not p.requires_grad]
 
 
+def _eval_modules(module: torch.nn.Module) -> list[str]:
+    """The names of ``module``'s submodules in eval mode ("" for itself), in its order: the
+    "eval" of a module's "stateful" node. A block that ends in ``model.eval()`` (validation
+    inside it) leaves the model so for the code after ``end()``; a replay that restored the
+    block without it left the mode the model had before, with dropout drawing where a full run
+    evaluates.
+
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout())
+    >>> before = _eval_modules(net)
+    >>> _ = net[1].eval()
+    >>> before, _eval_modules(net), _eval_modules(net.eval())
+    ([], ['1'], ['', '0', '1'])
+    """
+    return [prefix for prefix, m in module.named_modules(remove_duplicate=False) if not m.training]
+
+
+def _set_eval(module: torch.nn.Module, names: list[str]) -> None:
+    """Put an "eval" list back: each submodule it names is in eval mode, every other in training
+    mode, set module by module as recorded (not through ``train()``, which a module may override)."""
+    evaluating = set(names)
+    for prefix, m in module.named_modules(remove_duplicate=False):
+        m.training = prefix not in evaluating
+
+
 def _module_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The tensors of ``module`` (and its submodules) that its ``state_dict`` leaves out, by
     dotted name: non-persistent buffers, and tensors kept as plain attributes, such as the

@@ -57,6 +57,7 @@ _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
 _DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|hpu|npu)(:[0-9]{1,4})?$")
 _NP_DTYPE = re.compile(r"^[<>|=]?[a-zA-Z][0-9]{0,4}(\[[0-9]{0,4}[a-zA-Z]{1,2}\])?$")  # '<M8[D]', '<m8[10ms]'
 _CLS = re.compile(r"^[A-Za-z_][A-Za-z0-9_.<>]{0,255}$")
+_MAX_MODULES = 1 << 20  # the most submodule names an "eval" list holds
 _PARAM = re.compile(r"^[^\x00-\x1f]{1,1024}$")  # a state_dict key: module names are free text, not control characters
 _MAX_DEPTH = 100
 _MAX_PACKED = 1 << 30  # bytes of one leaf inside a pack (packed leaves are small: flor.state.PACK_LEAF_BYTES)
@@ -340,6 +341,13 @@ def _stateful(node: dict, path: str, depth: int) -> None:
             _fail(path, "the frozen parameters are not a list")
         for name in frozen:
             _str(name, path, "a frozen parameter's name", _PARAM)
+    if "eval" in node:  # a module's submodules in eval mode, by name ("" for itself)
+        evaluating = node["eval"]
+        if not isinstance(evaluating, list) or len(evaluating) > _MAX_MODULES:
+            _fail(path, "the modules in eval mode are not a list")
+        for name in evaluating:
+            if name != "":
+                _str(name, path, "the name of a module in eval mode", _PARAM)
     if "aux" in node:  # a module's tensors outside its state_dict, by dotted name
         aux = node["aux"]
         if not isinstance(aux, dict) or aux.get("t") != "dict":
