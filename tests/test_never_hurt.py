@@ -522,6 +522,7 @@ def test_a_block_left_open_by_an_exception_is_closed_and_replayed_exactly(runner
     proc = runner.run(script, "--flor", "open")
     assert proc.stdout == plain.stdout
     assert proc.stderr.count("was still open at the end of the epoch") == 1, proc.stderr
+    assert "checkpoint(s) failed" not in proc.stderr  # the script's exception, not a failure of flor's
     meta = _run_json(runner.home, "open")
     assert meta["status"] == "finished"
     assert sorted(f["epoch"] for f in meta["checkpoint_failures"]) == [1, 3]
@@ -534,6 +535,16 @@ def test_a_block_left_open_by_an_exception_is_closed_and_replayed_exactly(runner
     second = runner.run(script, "--flor", "open", "--replay_flor", "1/2")  # starts after the open block of epoch 1
     assert "verified exact" in _verdict(second.stderr), second.stderr
     assert [float(line.split()[-1]) for line in full.stdout.splitlines()] == pytest.approx(recorded, abs=1e-8)
+
+
+def test_a_script_that_crashes_inside_a_block_is_not_told_its_training_was_not_affected(runner: Runner):
+    script = runner.cwd / "crash.py"
+    script.write_text(OPEN.replace("        except RuntimeError:\n            continue", "        finally:\n            pass"))
+    proc = runner.run(script, "--flor", "crash", check=False)
+    assert proc.returncode == 1 and "RuntimeError: CUDA out of memory (simulated)" in proc.stderr
+    assert "training was not affected" not in proc.stderr and "still open at exit" in proc.stderr, proc.stderr
+    meta = _run_json(runner.home, "crash")
+    assert meta["status"] == "crashed" and [f["epoch"] for f in meta["checkpoint_failures"]] == [1]
 
 
 # -- errors a user must act on ----------------------------------------------------------

@@ -26,7 +26,7 @@ import torch
 from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
 from ..store.writer import give_turn
-from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _eval_modules, _frozen, _module_tensors, _object_attrs
+from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _module_parts, _object_attrs
 from .pending import Pending, _empty_like, _side_stream, _tensor_bytes
 
 __all__ = ["TreeCache"]
@@ -110,9 +110,9 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append(t)
         return _flatten(obj.get_state(legacy=False), sig, vals, tensors, depth + 1, direct)
     if isinstance(obj, torch.nn.Module):
-        vals.append(_frozen(obj))  # the node's "frozen" and "eval", before its state (``_build``'s order)
-        vals.append(_eval_modules(obj))
-        aux = _module_tensors(obj)
+        frozen, evaluating, aux = _module_parts(obj)
+        vals.append(frozen)  # the node's "frozen" and "eval", before its state (``_build``'s order)
+        vals.append(evaluating)
         if aux:  # then its "aux"
             sig.append(_AUX)
             if not _flatten(aux, sig, vals, tensors, depth + 1, direct):

@@ -378,7 +378,7 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
 
 def _restore_module_tensors(module: torch.nn.Module, node: Any, load: Loader, path: str) -> None:
     """Put back a module's tensors outside its state_dict (a "stateful" node's "aux":
-    ``_module_tensors``), after its state_dict. The names come from a store: each must reach,
+    ``_module_parts``), after its state_dict. The names come from a store: each must reach,
     through submodules only, a non-persistent buffer or a tensor attribute the module has now;
     another (a parameter, a method, a name the script no longer has) is left alone, never
     created.

@@ -16,8 +16,7 @@ from ..errors import StateError, warn
 from ..leaves import encode_leaf, sort_key
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS, dense_stride
 from .cache import TreeCache, _array_bytes
-from .nodes import (_PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _eval_modules, _frozen, _module_tensors,
-                    _object_attrs, _qualname)
+from .nodes import _PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _module_parts, _object_attrs, _qualname
 from .pending import BufferPool, Pending, _is_plain_tensor, _side_stream
 from .rng import NumpyRaw, settled
 
@@ -215,8 +214,8 @@ class _Encoder:
                     "v": [self.encode(x, f"{path}.{k}") for k, x in zip(type(obj)._fields, obj)]}
         if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
             if isinstance(obj, torch.nn.Module):
-                node = {"t": "stateful", "cls": _qualname(obj), "frozen": _frozen(obj), "eval": _eval_modules(obj)}
-                aux = _module_tensors(obj)
+                frozen, evaluating, aux = _module_parts(obj)
+                node = {"t": "stateful", "cls": _qualname(obj), "frozen": frozen, "eval": evaluating}
                 if aux:  # before "v": the fast walk's order (``flor.state.cache``)
                     node["aux"] = self.encode(aux, f"{path}.<aux>")
                 node["v"] = self.encode(obj.state_dict(), path)
