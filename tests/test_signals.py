@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,33 @@ def test_sigterm_flushes_writes_terminated_and_exits_143(runner):
     assert set(range(meta["epochs_done"])) <= have  # queued before the signal: flushed, none lost
     assert "epoch 3 acc" in (runner.home / "term" / "runs" / run / "stdout.log").read_text()
     replay_is_exact(runner, "term", meta["epochs_done"])
+
+
+PARENT = """
+import subprocess, sys, os
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+for line in child.stdout:
+    if line.startswith(b"epoch 1 "):
+        os._exit(0)  # dies as a SIGKILLed launcher would: the pipe closes, no signal is sent
+"""
+
+
+def test_a_run_whose_parent_died_and_closed_its_pipe_ended_terminated(runner):
+    """A launcher killed outright closes its workers' output pipe before their SIGTERM
+    (PR_SET_PDEATHSIG) comes, so a worker's next print may raise BrokenPipeError first: it was
+    stopped with its launcher, and says "terminated" as the signal would (it said
+    "BrokenPipeError"). Its parent here sends no signal at all."""
+    script = runner.script("toy.py", edits=SLOW)
+    parent = runner.cwd / "parent.py"
+    parent.write_text(PARENT)
+    subprocess.run([sys.executable, str(parent), sys.executable, str(script), "--epochs", str(EPOCHS),
+                    "--flor", "orphan"], cwd=runner.cwd, env=runner.env(TOY_SLEEP="0.2"), timeout=120, check=True)
+    for _ in range(600):  # the orphan ends by itself at its next print: bounded, not timed
+        _, run, meta = only_run(runner, "orphan")
+        if meta["status"] != "running":
+            break
+        time.sleep(0.1)
+    assert meta["status"] == "terminated" and meta["error"] == "terminated" and meta["epochs_done"] < EPOCHS, meta
 
 
 def test_sighup_ends_with_129_and_status(runner):

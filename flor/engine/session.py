@@ -100,10 +100,17 @@ class Session:
 
     def _install_hooks(self) -> None:
         previous = sys.excepthook
+        parent = os.getppid()
 
         def hook(exc_type: type, exc: BaseException, tb: Any) -> None:
             self.exit_error = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else exc_type.__name__
             self.exit_detail = " ".join(str(exc).split())[:300]  # the replay summary's last line names it
+            if issubclass(exc_type, BrokenPipeError) and os.getppid() != parent:
+                # the process reading its output died (a launcher killed): the kernel closes the
+                # pipe before it sends the worker its SIGTERM (PR_SET_PDEATHSIG), so a print may
+                # fail first; the worker was stopped with its launcher, as the signal would say
+                self.exit_error = "terminated"
+                self.exit_detail = "its parent process (a launcher) died and closed its output pipe"
             previous(exc_type, exc, tb)
 
         sys.excepthook = hook
