@@ -237,6 +237,9 @@ class Summary:
     failed: str | None = None  # the exception that ended the script, if any
     loop: list[str] = field(default_factory=list)  # the loop itself diverged (stopped at another epoch)
     lenient: bool = False  # --flor_lenient: a divergence exits 0, not 3
+    #: state the replay knows it did not set as a full run has it (named in the notes): a verdict
+    #: of exact covers what was checked, not values read from these
+    unrestored: list[str] = field(default_factory=list)
 
     @property
     def diverged(self) -> bool:
@@ -262,7 +265,7 @@ class Summary:
             else "checked nothing" if self.checked_nothing else "verified exact",
             "counts": self.counts(), "shared_logs": self.shared_logs,
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
-            "loop": self.loop,
+            "loop": self.loop, "unrestored": self.unrestored,
             "blocks": [e.__dict__ for e in self.events],
         }
 
@@ -305,5 +308,7 @@ class Summary:
                          "and no value logged in both record and replay: `flor show NAME` lists what the run "
                          "recorded)")
         else:
-            lines.append(f"flor: replay verified exact: {blocks}; {logs}")
+            lines.append(f"flor: replay verified exact: {blocks}; {logs}" + (
+                f"; not restored: {listed(self.unrestored, 8)} (values read from them may differ from a full "
+                "re-execution: see the notes)" if self.unrestored else ""))
         return "\n".join(lines)

@@ -8,6 +8,8 @@ while the replay ended "verified exact". It now notes the scheduler it cannot re
 
 from __future__ import annotations
 
+import sys
+
 from conftest import Runner, values
 
 HINDSIGHT = {"    # HINDSIGHT": '    flor.log("lr", opt.param_groups[0]["lr"])'}
@@ -25,6 +27,18 @@ def test_a_replay_names_the_scheduler_end_was_not_given(tmp_path):
     assert got[("lr", 5, None)] != full[("lr", 5, None)]  # the fresh scheduler saw no plateau
     assert "SkipBlock.end('train') is not given `sched`" in proc.stderr, proc.stderr
     assert "this replay cannot restore its state" in proc.stderr
+    verdict = proc.stderr.strip().splitlines()[-1]  # exact where it checked, and says what it did not set
+    assert verdict.startswith("flor: replay verified exact:") and "; not restored: sched (values read" in verdict
+
+
+def test_a_launched_replay_names_it_in_its_merged_verdict(tmp_path):
+    r = Runner(tmp_path)
+    r.run(r.script("plateau.py"), "--flor", "p")
+    edited = r.script("plateau.py", HINDSIGHT, dest="hindsight.py")
+    proc = r.flor("replay", "p", "--workers", "3", "--", sys.executable, str(edited))
+    verdict = (proc.stdout + proc.stderr).strip().splitlines()[-1]
+    assert verdict.startswith("flor: replay verified exact:") and "; not restored: sched (values read" in verdict, \
+        proc.stdout + proc.stderr
 
 
 def test_no_note_when_the_scheduler_is_given(tmp_path):
@@ -34,5 +48,5 @@ def test_no_note_when_the_scheduler_is_given(tmp_path):
     edited = r.script("plateau.py", {**given, **HINDSIGHT}, dest="hindsight.py")
     r.run(edited, "--flor", "full")
     proc = r.run(edited, "--flor", "p", "--replay_flor=2/3")
-    assert "is not given" not in proc.stderr
+    assert "is not given" not in proc.stderr and "not restored" not in proc.stderr
     assert values(r.logs("p"), "replay")[("lr", 5, None)] == values(r.logs("full"), "record")[("lr", 5, None)]

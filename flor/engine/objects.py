@@ -176,16 +176,17 @@ def warn_forgotten(name: str, objs: tuple) -> None:
         return
 
 
-def forgotten_in_replay(name: str, objs: tuple) -> list[str]:
+def forgotten_in_replay(name: str, objs: tuple) -> list[tuple[str, str]]:
     """What a replay that restores block ``name`` says about the schedulers and scalers its
     ``end(*objs)`` leaves out (read from the calling frame, as ``warn_forgotten`` does while
     recording): the restore puts back the optimizer but not them, so a value read from them
-    differs from a full re-execution even where every block verifies. Never raises."""
+    differs from a full re-execution even where every block verifies: ``(variable, note)``.
+    Never raises."""
     try:
-        return [f"SkipBlock.end({name!r}) is not given `{var}` ({_a(kind)}, {why}): this replay cannot restore "
+        return [(var, f"SkipBlock.end({name!r}) is not given `{var}` ({_a(kind)}, {why}): this replay cannot restore "
                 f"its state, so values read from it (a learning rate, a plateau count, a loss scale) may differ "
                 f"from a full re-execution although the blocks verify; pass it to SkipBlock.end(..., {var}) "
-                f"and record again"
+                f"and record again")
                 for var, kind, why in forgotten(objs, frame_variables(caller_frame()))]
     except Exception:  # noqa: BLE001 - advice that cannot be given must not stop the replay
         return []

@@ -359,6 +359,7 @@ class ReplaySession(Session):
             if self.settings.strict:
                 raise ReplayError(text + " (--flor_strict)")
             self.note(text)
+            self._unrestored(missing)
 
     # -- blocks ------------------------------------------------------------------------
 
@@ -561,6 +562,11 @@ class ReplaySession(Session):
             if missing:
                 self.note(f"variables block {name!r} changes outside end() that could not be set where it is "
                           f"restored: {listed(sorted(missing), 12)}; pass them to SkipBlock.end")
+                self._unrestored(missing)
+
+    def _unrestored(self, names: list[str]) -> None:
+        """State this replay knows it did not set as a full run has it, for the verdict."""
+        self.summary.unrestored = sorted(set(self.summary.unrestored) | set(names))
 
     def left_open(self, key: tuple[str, int | None, int]) -> None:
         """An exception (or ``continue``) skipped the block's ``end``, as it did in the recording,
@@ -588,8 +594,10 @@ class ReplaySession(Session):
                 noted = {var for (_, block, _), found in (self._block_vars or {}).items() if block == name
                          for part in (found["vars"], found["globals"]) for var in part}  # set as recorded instead
                 stale = [var for var in stale if var not in noted]
-                for text in list(forgotten_in_replay(name, objs)) + stale_note(name, stale):
+                forgotten = forgotten_in_replay(name, objs)
+                for text in [note for _, note in forgotten] + stale_note(name, stale):
                     self.note(text)
+                self._unrestored([var for var, _ in forgotten] + stale)
         elif manifest is None:
             event.action = "executed (no checkpoint)"
             self.rng_exact = False
