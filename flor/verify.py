@@ -240,6 +240,9 @@ class Summary:
     #: state the replay knows it did not set as a full run has it (named in the notes): a verdict
     #: of exact covers what was checked, not values read from these
     unrestored: list[str] = field(default_factory=list)
+    #: tensors code outside the blocks changed in place where the recorded script did not (a
+    #: hindsight line that trains): a full run of this script trains otherwise from there
+    outside: list[str] = field(default_factory=list)
 
     @property
     def diverged(self) -> bool:
@@ -265,7 +268,7 @@ class Summary:
             else "checked nothing" if self.checked_nothing else "verified exact",
             "counts": self.counts(), "shared_logs": self.shared_logs,
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
-            "loop": self.loop, "unrestored": self.unrestored,
+            "loop": self.loop, "unrestored": self.unrestored, "outside": self.outside,
             "blocks": [e.__dict__ for e in self.events],
         }
 
@@ -310,5 +313,7 @@ class Summary:
         else:
             lines.append(f"flor: replay verified exact: {blocks}; {logs}" + (
                 f"; not restored: {listed(self.unrestored, 8)} (values read from them may differ from a full "
-                "re-execution: see the notes)" if self.unrestored else ""))
+                "re-execution: see the notes)" if self.unrestored else "") + (
+                f"; changed outside the blocks, unlike the recording: {listed(self.outside, 2)} (a full run of this "
+                "script trains otherwise from there: see the notes)" if self.outside else ""))
         return "\n".join(lines)

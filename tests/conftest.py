@@ -159,6 +159,7 @@ class Runner:
         for pid in range(workers):
             proc = self.run(script, "--flor", name, f"--replay_flor={pid}/{workers}")
             assert "replay verified exact" in proc.stderr, proc.stderr
+            assert "changed outside the blocks" not in proc.stderr, proc.stderr  # none of these scripts' lines trains
             replay = proc.stderr.split("flor: replay ")[1].split()[0]
             got.update(values([x for x in self.logs(name) if x["replay"] == replay]))
         return got

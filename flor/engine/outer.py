@@ -45,7 +45,7 @@ from typing import Any, Collection, Iterable
 
 from .._files import StoreFileError, open_append, read_text
 
-__all__ = ["BlockVars", "LoopFrame", "NotPlain", "OuterStateWriter", "decode", "encode", "global_names", "left_normally",
+__all__ = ["BlockVars", "LoopFrame", "NotPlain", "OutsideChanges", "OuterStateWriter", "decode", "encode", "global_names", "left_normally",
            "loop_targets", "object_attrs", "read_block_state", "read_outer_state", "restore_attrs", "restore_globals",
            "stored_globals"]
 
@@ -461,6 +461,56 @@ _SIZED = (list, dict, tuple, set, frozenset, bytearray, collections.deque)
 BLOCK_MAX_ITEMS = 4096
 
 
+#: the most tensor names one block's ``OutsideChanges`` notes or reads back
+MAX_OUTSIDE = 64
+
+
+class OutsideChanges:
+    """In-place changes to the tensors of the modules given to the last ``end()`` that code
+    outside the blocks makes before the next ``step_into`` (of any block: another block's
+    training or restore is never counted), from their version counters.
+
+    A forward pass in training mode updates BatchNorm's running statistics, a parametrized
+    ``spectral_norm`` its power-iteration vectors, and an optimizer step the weights. Done by
+    the recorded script between blocks, a replay does it too. Done by a hindsight line only (a
+    loss computed on the model left in training mode), a full run of the edited script trains
+    on from the changed model, while a replay that restores the next block puts the recording's
+    back: its values are the recording's training, not a full run's. The recording notes the
+    names each block run found changed, with how many in-place operations changed each
+    (``"outside"`` in ``logs/block-state.jsonl``); a replay that finds others, or other counts
+    (a hindsight forward besides the script's own), says so. Reading a counter costs no copy: about 1 µs a tensor at ``end()``.
+    """
+
+    def __init__(self) -> None:
+        self.after: list[tuple[str, Any, int]] = []  # (name, tensor, version) at the last end()
+
+    def ended(self, objs: tuple) -> None:
+        """At ``end()``: the version of every parameter and buffer of the modules it is given."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        try:
+            watched = []
+            for i, obj in enumerate(objs):
+                if isinstance(obj, torch.nn.Module):
+                    for part in (obj.named_parameters(), obj.named_buffers()):
+                        watched.extend((f"end() object {i}: {path}", t, t._version) for path, t in part)
+            self.after = watched
+        except Exception:  # noqa: BLE001 - a check, never a reason for training to stop
+            self.after = []
+
+    def started(self) -> dict[str, int]:
+        """At ``step_into``: ``{tensor: in-place operations}`` since the last ``end()``."""
+        watched, self.after = self.after, []
+        if not watched:
+            return {}
+        try:
+            return dict(list({path: t._version - version for path, t, version in watched
+                              if t._version != version}.items())[:MAX_OUTSIDE])
+        except Exception:  # noqa: BLE001 - as above
+            return {}
+
+
 class BlockVars:
     """The plain-data variables a SkipBlock changes outside the objects given to ``end()``.
 
@@ -785,6 +835,10 @@ def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, 
         entry = {part: _named(names) for part, names in (("vars", got), ("globals", module))}
         entry["attrs"] = {var: {k: v for k, v in names.items() if _attr_path(k)}
                           for var, names in _named(attrs).items() if isinstance(names, dict)}
+        outside = rec.get("outside", {})  # names and counts: compared, never acted on
+        entry["outside"] = {k: v for k, v in list(outside.items())[:MAX_OUTSIDE]
+                            if isinstance(k, str) and len(k) <= 400 and type(v) is int} \
+            if isinstance(outside, dict) else {}
         found[(epoch, block, occ)] = entry
     return found  # the last line of a key wins (a resumed recording appends again)
 

@@ -22,7 +22,7 @@ from .bindings import (
     block_site, stale_at_end, unbound_given, warn_bindings, warn_module_attrs, watch_module_attrs, wrapper_advice,
 )
 from .exits import watch_exits
-from .outer import BlockVars, LoopFrame, OuterStateWriter, left_normally
+from .outer import BlockVars, LoopFrame, OuterStateWriter, OutsideChanges, left_normally
 from .objects import (
     CarriedGrad, caller_frame, drawn_generators, grad_probe, grown_containers, warn_containers, warn_forgotten,
     warn_generators, warn_unnoted, watch_containers, watch_generators,
@@ -116,6 +116,8 @@ class RecordSession(Checkpointing, Session):
         self.module_attrs: dict[str, dict] = {}  # block -> its first entry's module attributes (ditto)
         self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
         self.carried_grad: CarriedGrad | None = None
+        self.outside, self.outside_found = OutsideChanges(), {}  # tensors code between blocks changed
+        self.meta.outside_watched = True
         self.block_vars, self.block_vars_s = BlockVars(), 0.0  # the plain variables each block changes, noted at its end()
         self.block_state = OuterStateWriter(self.layout.block_state, "the variables a block changes")
         self.passed_ids: set[int] = set()
@@ -257,6 +259,7 @@ class RecordSession(Checkpointing, Session):
         frame = caller_frame()
         t0 = time.perf_counter()
         self.block_vars.enter(name, frame)  # what the block changes outside end(): noted at its end
+        self.outside_found[name] = self.outside.started()  # ... and what the code since its last end() did
         self.block_vars_s += time.perf_counter() - t0
         if name not in self.ends_checked:  # its first time: which of the script's own generators does it draw from?
             self.generators_watched[name] = watch_generators(frame)
@@ -292,8 +295,11 @@ class RecordSession(Checkpointing, Session):
         elapsed = time.perf_counter() - self.block_started
         t0 = time.perf_counter()
         changed, more, lost = self.block_vars.leave(name, objs)
-        if changed or more:  # a replay that restores the block sets them as they are now
-            self.block_state.write(epoch, {"block": name, "occ": occ, "vars": changed, **more})
+        outside = self.outside_found.pop(name, {})
+        if changed or more or outside:  # a replay that restores the block sets them as they are now
+            self.block_state.write(epoch, {"block": name, "occ": occ, "vars": changed, **more,
+                                           **({"outside": outside} if outside else {})})
+        self.outside.ended(objs)
         if lost:
             warn_unnoted(name, epoch, lost)
         self.block_vars_s += time.perf_counter() - t0

@@ -24,7 +24,8 @@ from ..store.experiment import blob_hashes
 from .bindings import WRONG_MID_RUN, block_site, stale_at_end, stale_note, wrapper_advice
 from .objects import arity_message, caller_frame, forgotten_in_replay
 from .outer import (
-    LoopFrame, decode, left_normally, read_block_state, read_outer_state, restore_attrs, restore_globals,
+    LoopFrame, OutsideChanges, decode, left_normally, read_block_state, read_outer_state, restore_attrs,
+    restore_globals,
 )
 from .session import Session, as_result
 from ..placement import new_replay_id, pid_alive
@@ -89,6 +90,7 @@ class ReplaySession(Session):
         self.forgotten_checked: set[str] = set()  # blocks whose end() was looked at for a scheduler left out
         self._block_vars: dict | None = None  # logs/block-state.jsonl, read at the first restore
         self._block_vars_noted: set[str] = set()  # blocks whose restored variables a note named
+        self.outside = OutsideChanges()  # what code between a block's end() and its next step_into changed
         self.sites: dict[str, Any] = {}  # block -> where it is entered (flor.engine.bindings), until first restored
         if picked:
             self.note(picked)
@@ -382,6 +384,7 @@ class ReplaySession(Session):
     def step_into(self, name: str, probed: bool) -> bool:
         _, epoch, occ = self.open_block(name)
         self._check_recorded(name, epoch, occ)
+        self._changed_outside(name, epoch, occ)
         if name not in self.forgotten_checked and name not in self.sites:
             self.sites[name] = block_site(caller_frame())
         checkpointed = (name, epoch, occ) in self.available
@@ -528,10 +531,8 @@ class ReplaySession(Session):
     def _restore_block_vars(self, name: str, epoch: int | None, occ: int) -> None:
         """Set the plain-data variables the recorded block run changed outside ``end()`` (a step
         counter, a loss sum, a history) as they were at its end (``flor.engine.outer.BlockVars``)."""
-        if self._block_vars is None:
-            self._block_vars = read_block_state(self.layout.block_state)
-        noted = self._block_vars.get((epoch, name, occ))
-        if not noted or not any(noted.values()):
+        noted = self._block_state().get((epoch, name, occ))
+        if not noted or not any(noted[part] for part in ("vars", "globals", "attrs")):
             return
         missing: list[str] = []
 
@@ -563,6 +564,29 @@ class ReplaySession(Session):
                 self.note(f"variables block {name!r} changes outside end() that could not be set where it is "
                           f"restored: {listed(sorted(missing), 12)}; pass them to SkipBlock.end")
                 self._unrestored(missing)
+
+    def _block_state(self) -> dict:
+        if self._block_vars is None:
+            self._block_vars = read_block_state(self.layout.block_state)
+        return self._block_vars
+
+    def _changed_outside(self, name: str, epoch: int | None, occ: int) -> None:
+        """Tensors of the modules the block's last ``end()`` was given that code since changed
+        in place where the recording's did not (``OutsideChanges``): a hindsight line that
+        trains, or runs the model in training mode. Said once, and in the verdict."""
+        changed = self.outside.started()
+        if not changed or self.summary.outside or not self.meta.outside_watched:  # (an older recording: unknown)
+            return
+        recorded = (self._block_state().get((epoch, name, occ)) or {}).get("outside", {})
+        new = [path for path, ops in changed.items() if recorded.get(path) != ops]
+        if new:
+            self.summary.outside = new
+            self.note(f"code outside the blocks changed {listed(new, 4)} in place before {name!r} at epoch {epoch}, "
+                      "where the recorded script did not (a hindsight line that runs the model in training mode "
+                      "updates BatchNorm statistics; one that steps an optimizer changes the weights): a full run of "
+                      "this script trains on from there, while this replay restores or re-executes the recorded "
+                      "training, so its later values are not a full run's; evaluate on a copy "
+                      "(copy.deepcopy(model).eval()) or under model.eval()")
 
     def _unrestored(self, names: list[str]) -> None:
         """State this replay knows it did not set as a full run has it, for the verdict."""
@@ -604,6 +628,7 @@ class ReplaySession(Session):
         else:
             objs, event = self._verify(manifest, objs, event)
         self.summary.events.append(event)
+        self.outside.ended(objs)
         return as_result(objs)
 
     def _verify(self, manifest: dict, objs: tuple, event: BlockEvent) -> tuple[tuple, BlockEvent]:

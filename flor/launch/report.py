@@ -60,6 +60,7 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
         merged.hindsight = sorted(set(merged.hindsight) | set(s.get("hindsight") or []))
         merged.loop.extend(x for x in s.get("loop") or [] if x not in merged.loop)  # the loop stopped elsewhere
         merged.unrestored = sorted(set(merged.unrestored) | {str(x) for x in s.get("unrestored") or []})
+        merged.outside = merged.outside or [str(x) for x in s.get("outside") or []]
         merged.lenient = merged.lenient or bool(s.get("lenient"))  # its last line: exit status 3, or 0 lenient
         notes.extend(x for x in s.get("notes") or [] if x not in notes)
     merged.notes = notes

@@ -85,6 +85,9 @@ class RunMeta:
     #: blocks whose second run added to the gradients the first left: from then on their
     #: checkpoints keep the modules' gradients (flor.state.grads)
     grads_carried: list = field(default_factory=list)
+    #: the recording noted the tensors code between blocks changed in place ("outside" in
+    #: logs/block-state.jsonl, flor.engine.outer.OutsideChanges); False: recorded before it did
+    outside_watched: bool = False
     background: dict[str, Any] | None = None
     error: str | None = None
     #: the status the script asked for when it ended through ``sys.exit(n)`` or ``SystemExit(n)``
@@ -193,6 +196,8 @@ class RunMeta:
         for name in ("cwd", "script", "script_sha256", "spool", "error", "loop_ended"):
             if name in obj:
                 kw[name] = _check(obj[name], str, name, where)
+        if "outside_watched" in obj:
+            kw["outside_watched"] = _check(obj["outside_watched"], bool, "outside_watched", where, optional=False)
         for name in ("git", "checkpoint_policy", "background"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where)
