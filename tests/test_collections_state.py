@@ -77,6 +77,15 @@ def test_the_values_come_back_of_their_type():
         assert np.array_equal(back, array, equal_nan=True) and np.signbit(back).tolist() == np.signbit(array).tolist()
 
 
+def test_an_array_of_more_than_256_values_is_not_noted():
+    """A label array the script loaded would be encoded and compared at every block run."""
+    from flor.engine.outer import BLOCK_MAX_ITEMS, NotPlain
+
+    encode(np.zeros((16, 16)), BLOCK_MAX_ITEMS)
+    with pytest.raises(NotPlain):
+        encode(np.zeros(257, dtype=np.int64), BLOCK_MAX_ITEMS)
+
+
 @pytest.mark.parametrize("node", [
     {"nd": "<f8", "s": [10 ** 9], "v": [1.0]},  # a shape its values do not fill: never allocated
     {"nd": "<f8", "s": [-1, -1], "v": [1.0]},

@@ -6,7 +6,7 @@ rate set by hand. A replay worker that starts mid-run skips the epochs before it
 so without help it would start that state fresh. The recording therefore notes, at the end
 of each epoch, the variables of the loop's frame (module globals for a top-level loop, the
 function's locals for a loop inside a function) that are plain data: numbers, strings,
-bools, None, NumPy and 0-d tensor scalars, small numeric NumPy arrays, and small tuples,
+bools, None, NumPy and 0-d tensor scalars, numeric NumPy arrays of up to 256 values, and small tuples,
 lists, dicts, deques, Counters, OrderedDicts and defaultdicts (of list, int, float, dict or
 str) of them. A
 worker that starts at epoch ``a > 0`` restores the values noted after epoch ``a - 1`` before
@@ -51,6 +51,9 @@ __all__ = ["BlockVars", "LoopFrame", "NotPlain", "OutsideChanges", "OuterStateWr
 
 #: the most scalars one variable may hold (all its containers together), and string length
 MAX_ITEMS = 256
+#: the most values of a NumPy array noted, however many a block's variable may hold: a label
+#: array the script loaded (thousands) would be encoded and compared at every block run
+MAX_ARRAY = 256
 MAX_STR = 4096
 MAX_DEPTH = 4
 #: the most variables noted per epoch (a notebook's globals can be many)
@@ -102,9 +105,10 @@ def _encode(value: Any, budget: list[int], depth: int) -> Any:
         return _encode_collection(value, kind, budget, depth)
     np = sys.modules.get("numpy")
     if np is not None and kind is np.ndarray:
-        if value.dtype.kind not in "biuf" or value.dtype.byteorder == ">" or value.size > budget[0]:
+        if value.dtype.kind not in "biuf" or value.dtype.byteorder == ">" or value.size > MAX_ARRAY \
+                or value.size > budget[0] + 1:  # (its node counted one already)
             raise NotPlain("a NumPy array that is not small and numeric")
-        budget[0] -= value.size
+        budget[0] -= max(value.size - 1, 0)
         return {"nd": value.dtype.str, "s": list(value.shape), "v": value.ravel().tolist()}
     if np is not None and isinstance(value, np.generic) and kind.__module__ == "numpy":
         item = value.item()
