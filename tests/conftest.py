@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Collection
 
 import pytest
 
@@ -152,9 +153,10 @@ class Runner:
             raise AssertionError(f"{script.name} {args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
 
-    def replay_workers(self, script: Path, name: str, workers: int) -> dict[tuple, object]:
+    def replay_workers(self, script: Path, name: str, workers: int,
+                       names: Collection[str] | None = None) -> dict[tuple, object]:
         """Replay ``name`` with ``script`` as ``workers`` workers one after the other, each
-        verified exact; the values their replays logged."""
+        verified exact; the values their replays logged (of ``names`` only, when given)."""
         got: dict[tuple, object] = {}
         for pid in range(workers):
             proc = self.run(script, "--flor", name, f"--replay_flor={pid}/{workers}")
@@ -162,7 +164,7 @@ class Runner:
             assert "changed outside the blocks" not in proc.stderr, proc.stderr  # none of these scripts' lines trains
             replay = proc.stderr.split("flor: replay ")[1].split()[0]
             got.update(values([x for x in self.logs(name) if x["replay"] == replay]))
-        return got
+        return got if names is None else {k: v for k, v in got.items() if k[0] in names}
 
     def flor(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run(

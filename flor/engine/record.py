@@ -40,6 +40,9 @@ __all__ = ["RecordSession"]
 
 #: disk set aside for the final run.json, the first size that fits: on a disk that fills during
 #: the run, its end, its epochs and its failures are still recorded (a replay reads them)
+#: how a block closed without its end() begins its checkpoint_failures entry: the script's own
+#: exception or `continue`, not a checkpoint that failed (the exit line counts only those)
+LEFT_OPEN = "left open"
 RUN_JSON_RESERVE = (1 << 20, 1 << 18, 1 << 16, 1 << 14)
 
 
@@ -288,7 +291,7 @@ class RecordSession(Checkpointing, Session):
         with self._meta_lock:
             self.meta.checkpoint_failures.append({
                 "block": name, "epoch": epoch, "occurrence": occ,
-                "error": "left open: an exception or `continue` skipped SkipBlock.end; not checkpointed"})
+                "error": f"{LEFT_OPEN}: an exception or `continue` skipped SkipBlock.end; not checkpointed"})
 
     def end(self, objs: tuple) -> Any:
         name, epoch, occ = self.close_block()
@@ -407,7 +410,7 @@ class RecordSession(Checkpointing, Session):
         self.meta.ended = time.time()
         # a block left open (an exception past its end(): the script's, already reported) is not
         # a checkpoint that failed, and a run that crashed was affected: said by its warning only
-        failed = sum(1 for f in self.meta.checkpoint_failures if not str(f.get("error", "")).startswith("left open"))
+        failed = sum(1 for f in self.meta.checkpoint_failures if not str(f.get("error", "")).startswith(LEFT_OPEN))
         if failed or self.write_failures:
             counts = ", ".join(f"{kind} {n}" for kind, n in sorted(self.write_failures.items()))
             print(f"flor: {failed} checkpoint(s) failed" + (f" and writes failed ({counts})" if counts else "")

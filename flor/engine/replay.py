@@ -615,7 +615,7 @@ class ReplaySession(Session):
             if name not in self.forgotten_checked:  # once a block, as the recording warned
                 self.forgotten_checked.add(name)
                 stale = stale_at_end(self.sites.pop(name, None), caller_frame())  # read after it, left as they were
-                noted = {var for (_, block, _), found in (self._block_vars or {}).items() if block == name
+                noted = {var for (_, block, _), found in self._block_state().items() if block == name
                          for part in (found["vars"], found["globals"]) for var in part}  # set as recorded instead
                 stale = [var for var in stale if var not in noted]
                 forgotten = forgotten_in_replay(name, objs)
