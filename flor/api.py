@@ -9,7 +9,7 @@ import sys
 from typing import Any, Iterable, Iterator, TypeVar
 
 from . import hparams
-from .engine.bindings import loop_wrapper
+from .source.blocks import loop_wrapper
 from .engine.session import Session, as_result
 from .errors import ConfigError
 from .runtime import current, install_error_hook
@@ -36,7 +36,7 @@ def it(iterable: Iterable[T]) -> Iterable[T]:
     session = current()
     if session is None:
         return iterable
-    session.loop_frame = sys._getframe(1)  # the loop's own variables: outer-loop state (flor.engine.outer)
+    session.loop_frame = sys._getframe(1)  # the loop's own variables: outer-loop state (flor.watch.loop)
     session.loop_wrapper = loop_wrapper(session.loop_frame)  # enumerate(flor.it(...)): replay workers differ
     return _Epochs(session, iterable)
 

@@ -8,7 +8,7 @@ show``, ``flor logs`` and ``flor compare --by`` read it from there. Calls that p
 explicit list (``parser.parse_args(["--x", "1"])``) are not the command line and are not
 captured. Values whose flag names look secret (key, token, password...) are stored as
 ``***``, and secret-shaped strings (``sk-...``, ``ghp_...``, a URL's password) are hidden
-(``flor.runinfo.redact_value``); a replay uses today's value where the recorded one was hidden.
+(``flor.redact.redact_value``); a replay uses today's value where the recorded one was hidden.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .errors import ConfigError
-from .runinfo import REDACTED, redact_value
+from .redact import REDACTED, redact_value
 
 __all__ = ["arg", "captured", "install_argparse_capture", "jsonable", "subscribe"]
 
@@ -50,7 +50,7 @@ def jsonable(value: Any) -> Any:
 
 
 def _redacted(values: dict[str, Any]) -> dict[str, Any]:
-    """Secret names' values as ``***``, secret-shaped strings hidden (``flor.runinfo.redact_value``)."""
+    """Secret names' values as ``***``, secret-shaped strings hidden (``flor.redact.redact_value``)."""
     return {k: redact_value(k, jsonable(v)) for k, v in values.items()}
 
 

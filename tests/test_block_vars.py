@@ -1,5 +1,5 @@
 """Variables a block changes outside the objects given to ``end()`` are set as recorded where a
-replay restores the block (``flor.engine.outer.BlockVars``, ``scripts/block_vars.py``).
+replay restores the block (``flor.watch.variables.BlockVars``, ``scripts/block_vars.py``).
 
 A step counter, a loss sum, a history, a dict of running metrics, a best value and the last
 batch's loss, read after the block: a replay that restored it left them as they were before
@@ -98,7 +98,7 @@ def test_a_hostile_block_state_file_sets_only_plain_values_under_plain_names(tmp
 
 
 def test_block_state_reader_keeps_only_well_formed_lines(tmp_path):
-    from flor.engine.outer import read_block_state
+    from flor.watch.variables import read_block_state
 
     path = tmp_path / "block-state.jsonl"
     path.write_text("\n".join([

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import Runner, record_and_full_run
-from flor.engine.outer import decode, encode
+from flor.watch.plain import decode, encode
 
 HINDSIGHT = {"    # HINDSIGHT": '    flor.log("batches", seen["batches"])\n'
                                 '    flor.log("acc_loss", float(acc[0]))\n'
@@ -79,7 +79,7 @@ def test_the_values_come_back_of_their_type():
 
 def test_an_array_of_more_than_256_values_is_not_noted():
     """A label array the script loaded would be encoded and compared at every block run."""
-    from flor.engine.outer import BLOCK_MAX_ITEMS, NotPlain
+    from flor.watch.plain import BLOCK_MAX_ITEMS, NotPlain
 
     encode(np.zeros((16, 16)), BLOCK_MAX_ITEMS)
     with pytest.raises(NotPlain):

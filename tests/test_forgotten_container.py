@@ -2,7 +2,7 @@
 
 Nothing said so: the recording went through, and a replay with a hindsight ``len(losses)``
 ended "verified exact" while logging 0 where a full re-execution logs 1, 2, 3. A list of
-numbers is now set again where a replay restores the block (``flor.engine.outer.BlockVars``,
+numbers is now set again where a replay restores the block (``flor.watch.variables.BlockVars``,
 tests/test_block_vars.py); one that holds tensors is not plain data, and the recording names it.
 """
 

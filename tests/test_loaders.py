@@ -8,7 +8,7 @@ a block and re-executed the next (probed, or without a checkpoint) drew another 
 the next had no checkpoint either nothing could notice (a batch loss 0.000364 where a full run
 logs 0.000433, and the replay ended "checked nothing" with status 0).
 flor now looks a few references into loaders, samplers, datasets, containers and objects of the
-script's own (``flor.engine.objects.generators``). Given to ``end()``, they replay exactly,
+script's own (``flor.watch.reachable.generators``). Given to ``end()``, they replay exactly,
 DistributedSampler and worker processes included.
 """
 

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from conftest import ROOT, Runner, values
-from flor.engine import objects
+from flor.state import describe
+from flor.watch import grads as _grads, reachable as objects
 from flor.launch.output import WorkerOutput, clean
-from flor.verify import non_logging_changes
+from flor.source.edits import non_logging_changes
 
 # toy.py with its loop counted: `len(flor.it(...))` printed before the loop
 COUNTED = {"for epoch in flor.it(range(args.epochs)):": "loop = flor.it(range(args.epochs))\n"
@@ -196,7 +197,7 @@ def test_gradients_stepped_or_zeroed_at_the_epochs_end_are_not_named(runner: Run
 def test_the_gradient_hook_is_removed_and_never_raises():
     p = torch.nn.Parameter(torch.ones(3))
     (p * 2).sum().backward()  # a leftover gradient
-    carried = objects.CarriedGrad("train", p)
+    carried = _grads.CarriedGrad("train", p)
     (p * 3).sum().backward()
     (p * 3).sum().backward()  # later backward passes: looked at once
     with warnings.catch_warnings():
@@ -205,12 +206,12 @@ def test_the_gradient_hook_is_removed_and_never_raises():
     assert not p._backward_hooks and carried.close() is False
     p.grad = None  # zero_grad(set_to_none=True) before the block's first backward
     p.grad = torch.ones(3)
-    carried = objects.CarriedGrad("train", p)
+    carried = _grads.CarriedGrad("train", p)
     p.grad.zero_()  # zero_grad(set_to_none=False)
     (p * 3).sum().backward()
     assert carried.close() is False and not p._backward_hooks
     p.grad = None
-    assert objects.CarriedGrad("train", p).handle is None  # nothing left over: nothing to watch
+    assert _grads.CarriedGrad("train", p).handle is None  # nothing left over: nothing to watch
 
 
 def test_a_dataloaders_generator_is_warned_by_its_path(runner: Runner):
@@ -253,7 +254,7 @@ def test_replay_names_the_missing_object_by_type_and_position(rec):
 def test_an_extra_object_is_named_too():
     recorded = [{"t": "stateful", "cls": "torch.nn.modules.linear.Linear"}, 7]
     net = torch.nn.Linear(2, 1)
-    text = objects.arity_message("b", 3, recorded, (net, torch.optim.SGD(net.parameters(), lr=0.1), 8))
+    text = describe.arity_message("b", 3, recorded, (net, torch.optim.SGD(net.parameters(), lr=0.1), 8))
     assert "was given 3 objects at epoch 3, the recording had 2: position 1 is a torch.optim.sgd.SGD " \
            "(not in the recording)" in text
 

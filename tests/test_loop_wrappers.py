@@ -8,7 +8,7 @@ with the schedule's first learning rate, and the worker said "verified exact" on
 end()). islice stops pulling from flor.it after its last item, so the recording never counted
 its last epoch and every replay silently left it out. The recording now names the wrapper and
 the fix (``flor.it(enumerate(...))``), and a worker that starts mid-run behind enumerate or zip
-ends DIVERGED, saying why (``flor.engine.bindings.loop_wrapper``).
+ends DIVERGED, saying why (``flor.source.blocks.loop_wrapper``).
 """
 
 from __future__ import annotations

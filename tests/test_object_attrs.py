@@ -1,6 +1,6 @@
 """Plain attributes a block changes on the script's own objects (``self.step += 1`` in a
 Trainer's method) are set as recorded where a replay restores the block
-(``flor.engine.outer.object_attrs``, ``scripts/trainer_attrs.py``).
+(``flor.watch.attributes.object_attrs``, ``scripts/trainer_attrs.py``).
 
 A Trainer that gives ``end()`` its model and optimizer only recorded without a word; a replay
 that restored the block left ``self.step`` at 0 for every epoch where a full run has 4, 8, ...

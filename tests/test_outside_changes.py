@@ -1,5 +1,5 @@
 """A replay says so when code outside the blocks changes the model in place where the recorded
-script did not (``scripts/outside_changes.py``, ``flor.engine.outer.OutsideChanges``).
+script did not (``scripts/outside_changes.py``, ``flor.watch.outside.OutsideChanges``).
 
 A hindsight line that computes a loss on a model left in training mode moves BatchNorm's
 running statistics (a parametrized spectral_norm's vectors, the weights if it steps an

@@ -177,7 +177,7 @@ def test_outer_values_round_trip_with_their_types():
     import numpy as np
     import torch
 
-    from flor.engine.outer import NotPlain, decode, encode
+    from flor.watch.plain import NotPlain, decode, encode
 
     for value in (3, -2.5, float("inf"), "s", True, None, (1, [2.0, {"k": None}]), {1: "a", (2, 3): [True]},
                   np.float32(1.25), np.int64(7), torch.tensor(0.5, dtype=torch.bfloat16), torch.tensor(3)):
@@ -193,7 +193,7 @@ def test_outer_values_round_trip_with_their_types():
 
 
 def test_locals_are_written_back_into_a_running_frame():
-    from flor.engine.outer import LoopFrame
+    from flor.watch.loop import LoopFrame
 
     def loop():
         best, patience, hist = 1.0, 0, [1]
@@ -254,7 +254,7 @@ def test_a_variable_the_loop_never_changed_is_left_as_the_worker_set_it(tmp_path
 
 def test_the_unchanged_names_of_an_outer_state_line_are_checked(tmp_path):
     """outer-state.jsonl is read from a store: what it says is unchanged is only ever names."""
-    from flor.engine.outer import read_outer_state
+    from flor.watch.loop import read_outer_state
 
     path = tmp_path / "outer-state.jsonl"
     lines = [{"epoch": 0, "vars": {"a": 1}, "unchanged": "a"},  # not a list: nothing is taken as unchanged

@@ -528,7 +528,7 @@ def test_secrets_in_argv_and_untracked_files_reach_neither_store_nor_bucket(runn
      ["--max_tokens", "512", "--tokenizer", "gpt2", "--num_passes", "3", "--author", "me", "--lr", "-1e-3"]),
 ])
 def test_redact_argv(argv: list[str], want: list[str]) -> None:
-    from flor.runinfo import redact_argv
+    from flor.redact import redact_argv
 
     assert redact_argv(["train.py", *argv]) == ["train.py", *want]
 

@@ -1,4 +1,4 @@
-"""flor.launch.transplant: today's added logging placed in an older script by the syntax tree."""
+"""flor.source.transplant: today's added logging placed in an older script by the syntax tree."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from flor.launch.transplant import TransplantError, transplant, unified_patch
-from flor.verify import non_logging_changes
+from flor.source.transplant import TransplantError, transplant, unified_patch
+from flor.source.edits import non_logging_changes
 
 OLD = textwrap.dedent('''\
     import flor

@@ -17,16 +17,21 @@ from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..policy import CheckpointPolicy
-from ..runinfo import busy_cores, git_info, gpus, process_started, redact_argv, script_info, versions
-from .bindings import (
-    block_site, stale_at_end, unbound_given, warn_bindings, warn_module_attrs, watch_module_attrs, wrapper_advice,
+from ..redact import redact_argv
+from ..runinfo import busy_cores, git_info, gpus, process_started, script_info, versions
+from ..source.blocks import wrapper_advice
+from ..watch.attributes import warn_module_attrs, watch_module_attrs
+from ..watch.frames import caller_frame, left_normally
+from ..watch.grads import CarriedGrad, grad_probe
+from ..watch.loop import LoopFrame, OuterStateWriter
+from ..watch.names import block_site, stale_at_end, unbound_given, warn_bindings
+from ..watch.outside import OutsideChanges
+from ..watch.reachable import (
+    drawn_generators, grown_containers, warn_containers, warn_forgotten, warn_generators, watch_containers,
+    watch_generators,
 )
+from ..watch.variables import BlockVars, warn_unnoted
 from .exits import watch_exits
-from .outer import BlockVars, LoopFrame, OuterStateWriter, OutsideChanges, left_normally
-from .objects import (
-    CarriedGrad, caller_frame, drawn_generators, grad_probe, grown_containers, warn_containers, warn_forgotten,
-    warn_generators, warn_unnoted, watch_containers, watch_generators,
-)
 from .checkpointing import Checkpointing
 from .session import Session, as_result, copy_source, new_run_id
 from ..settings import Settings
@@ -112,10 +117,10 @@ class RecordSession(Checkpointing, Session):
         self.bytes_written = 0
         self.epoch_blocks: list[list] = []
         self.ends_checked: set[str] = set()  # blocks whose end() arguments were checked
-        self.generators_watched: dict[str, list] = {}  # block -> its first entry's generators (flor.engine.objects)
-        self.containers_watched: dict[str, list] = {}  # block -> its first entry's lists, dicts (flor.engine.objects)
+        self.generators_watched: dict[str, list] = {}  # block -> its first entry's generators (flor.watch.reachable)
+        self.containers_watched: dict[str, list] = {}  # block -> its first entry's lists, dicts (flor.watch.reachable)
         self.generators_drawn: dict[str, list] = {}  # block -> those its first run drew from, not given to end()
-        self.sites: dict[str, Any] = {}  # block -> where its first entry was, the names bound (flor.engine.bindings)
+        self.sites: dict[str, Any] = {}  # block -> where its first entry was, the names bound (flor.watch.names)
         self.module_attrs: dict[str, dict] = {}  # block -> its first entry's module attributes (ditto)
         self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
         self.carried_grad: CarriedGrad | None = None
@@ -226,7 +231,7 @@ class RecordSession(Checkpointing, Session):
 
     def _outer_state(self) -> tuple[LoopFrame, OuterStateWriter] | None:
         """The loop's frame and where its plain-data variables go at each epoch's end (see
-        ``flor.engine.outer``); None when flor.it was not called from a Python frame."""
+        ``flor.watch.loop``); None when flor.it was not called from a Python frame."""
         if self.loop_frame is None:
             return None
         return LoopFrame(self.loop_frame), OuterStateWriter(self.layout.outer_state)

@@ -19,21 +19,23 @@ from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_fi
 from ..logs.tensorboard import write_replay_events
 from .ddp import check_replay_world, shared_replay_id
 from ..plan import ReplayPlan, block_action, make_plan, select
-from ..runinfo import redact_argv
+from ..redact import redact_argv
 from ..store.experiment import blob_hashes
-from .bindings import WRONG_MID_RUN, block_site, stale_at_end, stale_note, wrapper_advice
-from .objects import arity_message, caller_frame, forgotten_in_replay
-from .outer import (
-    LoopFrame, OutsideChanges, decode, left_normally, read_block_state, read_outer_state, restore_attrs,
-    restore_globals,
-)
+from ..source.blocks import WRONG_MID_RUN, wrapper_advice
+from ..state.describe import arity_message
+from ..watch.attributes import restore_attrs
+from ..watch.frames import caller_frame, left_normally
+from ..watch.loop import LoopFrame, read_outer_state
+from ..watch.names import block_site, stale_at_end, stale_note
+from ..watch.outside import OutsideChanges
+from ..watch.plain import decode
+from ..watch.reachable import forgotten_in_replay
+from ..watch.variables import read_block_state, restore_globals
 from .session import Session, as_result
 from ..placement import new_replay_id, pid_alive
 from ..settings import Settings
-from ..verify import (
-    CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent, Summary, compare_logs,
-    non_logging_changes,
-)
+from ..source.edits import non_logging_changes
+from ..verify import CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent, Summary, compare_logs
 
 __all__ = ["ReplaySession"]
 
@@ -91,7 +93,7 @@ class ReplaySession(Session):
         self._block_vars: dict | None = None  # logs/block-state.jsonl, read at the first restore
         self._block_vars_noted: set[str] = set()  # blocks whose restored variables a note named
         self.outside = OutsideChanges()  # what code between a block's end() and its next step_into changed
-        self.sites: dict[str, Any] = {}  # block -> where it is entered (flor.engine.bindings), until first restored
+        self.sites: dict[str, Any] = {}  # block -> where it is entered (flor.watch.names), until first restored
         if picked:
             self.note(picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
@@ -530,7 +532,7 @@ class ReplaySession(Session):
 
     def _restore_block_vars(self, name: str, epoch: int | None, occ: int) -> None:
         """Set the plain-data variables the recorded block run changed outside ``end()`` (a step
-        counter, a loss sum, a history) as they were at its end (``flor.engine.outer.BlockVars``)."""
+        counter, a loss sum, a history) as they were at its end (``flor.watch.variables.BlockVars``)."""
         noted = self._block_state().get((epoch, name, occ))
         if not noted or not any(noted[part] for part in ("vars", "globals", "attrs")):
             return

@@ -69,7 +69,7 @@ class Session:
     mode = "session"
     #: the frame that called ``flor.it`` (set by the API): its variables are the outer-loop state
     loop_frame: Any = None
-    loop_wrapper: str | None = None  # what wraps flor.it in the script (flor.engine.bindings.loop_wrapper)
+    loop_wrapper: str | None = None  # what wraps flor.it in the script (flor.source.blocks.loop_wrapper)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -41,7 +41,7 @@ from .._fmt import clock, progress, span
 from ..errors import ConfigError, FlorError
 from ..store.runlogs import retire_worker_files
 from ..placement import cores, new_replay_id, pid_alive
-from ..runinfo import redact_argv, redact_command
+from ..redact import redact_argv, redact_command
 from ..store.ids import is_replay_id
 from ..plan import select
 from ..store import ExperimentStore

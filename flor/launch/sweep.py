@@ -7,7 +7,7 @@ at the end (run, hyperparameters, script version, verdict, last hindsight values
 
 Script versions. A run whose recorded source (``runs/<run>/source/<script>``) differs from
 today's script by only logging replays today's script. A run recorded with an older version
-replays *its own* source with today's added logging moved in (:mod:`flor.launch.transplant`);
+replays *its own* source with today's added logging moved in (:mod:`flor.source.transplant`);
 that script is kept in ``runs/<run>/transplants/<sha12>/<script>`` and runs from the user's
 working directory with today's script directory first on ``PYTHONPATH``, so the script's
 sibling modules still import (its ``__file__`` is the kept copy: a script that reads files
@@ -36,10 +36,10 @@ from ..placement import cores
 from ..store import ExperimentStore
 from ..store.runlogs import read_run_logs
 from ..store.runmeta import RunMeta
-from ..verify import non_logging_changes
+from ..source.edits import non_logging_changes
 from .executor import Executor
 from .launcher import Launch, abort_launches, start_error, stop_workers
-from .transplant import TransplantError, transplant, unified_patch
+from ..source.transplant import TransplantError, transplant, unified_patch
 from .workers import WorkerState
 
 __all__ = ["SweepRun", "parse_where", "plan_sweep", "run_sweep", "select_runs"]

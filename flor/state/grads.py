@@ -5,7 +5,7 @@ A module's ``state_dict`` holds no gradients, and for most training loops that i
 gradient its previous run left (an accumulation window that spans the end of an epoch, or no
 ``zero_grad`` before the first backward) starts from state its checkpoint does not hold: a
 replay that restores it and re-executes the next run must put those gradients back. The
-recorder notices such a block at its second run (``flor.engine.objects.CarriedGrad``) and
+recorder notices such a block at its second run (``flor.watch.grads.CarriedGrad``) and
 from then on its checkpoints carry a ``"grads"`` tree, ``module_grads``'s dict::
 
     {"0": {"weight": tensor, ...}, "2.1": {...}}   end() argument 0, argument 2's item 1

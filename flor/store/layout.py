@@ -89,13 +89,13 @@ class RunLayout:
 
     @property
     def outer_state(self) -> Path:
-        """The outer loop's plain-data variables at the end of each epoch (``flor.engine.outer``)."""
+        """The outer loop's plain-data variables at the end of each epoch (``flor.watch.loop``)."""
         return self.logs / "outer-state.jsonl"
 
     @property
     def block_state(self) -> Path:
         """The plain-data variables each block run changed outside ``end()``, at its end
-        (``flor.engine.outer.BlockVars``)."""
+        (``flor.watch.variables.BlockVars``)."""
         return self.logs / "block-state.jsonl"
 
     def rank_log(self, rank: int) -> Path:

@@ -8,7 +8,7 @@ Two mistakes follow, both common in scripts that log the last batch's loss after
   (``flor.log("loss", loss.item())``): a replay reads a stale value, or stops with a NameError.
   ``stale_names`` finds these in the script's source: the ``if`` whose test calls ``step_into``
   and the statement that calls ``end()`` are siblings in one body. Those that are plain data (a
-  number, a 0-d tensor) are noted at ``end()`` and set by a replay (``flor.engine.outer.BlockVars``),
+  number, a 0-d tensor) are noted at ``end()`` and set by a replay (``flor.watch.variables.BlockVars``),
   so the record and replay sessions name only the rest (a batch, an output tensor);
 - ``end()`` is given a name that was not bound when the block was first entered (``val`` first
   assigned inside it): a replay that skips that run has no ``val`` to give ``end()``
@@ -130,133 +130,7 @@ def _tree(frame: FrameType) -> ast.Module | None:
     return _TREES[filename]
 
 
-def block_site(frame: FrameType | None) -> tuple[str, int, set[str]] | None:
-    """Where a block is entered (file, line) and the names bound there, for ``stale_names`` and
-    ``unbound_given`` at its ``end()``. Never raises."""
-    try:
-        from .objects import frame_variables
-
-        if frame is None:
-            return None
-        return frame.f_code.co_filename, frame.f_lineno, set(frame_variables(frame))
-    except Exception:  # noqa: BLE001 - advice only
-        return None
-
-
-def stale_at_end(site: tuple[str, int, set[str]] | None, frame: FrameType | None) -> list[str]:
-    """``stale_names`` of the block entered at ``site`` and ended in ``frame``, sorted. Never raises."""
-    try:
-        if site is None or frame is None or frame.f_code.co_filename != site[0]:
-            return []
-        tree = _tree(frame)
-        return sorted(stale_names(tree, site[1], frame.f_lineno)) if tree is not None else []
-    except Exception:  # noqa: BLE001 - advice only
-        return []
-
-
-def unbound_given(site: tuple[str, int, set[str]] | None, frame: FrameType | None, objs: tuple) -> list[str]:
-    """Names of ``frame`` bound to an object given to ``end(*objs)`` that were not bound when the
-    block was entered at ``site``, sorted. Never raises."""
-    try:
-        from .objects import frame_variables
-
-        if site is None or frame is None:
-            return []
-        ids = {id(o) for o in objs}
-        return sorted(var for var, value in frame_variables(frame).items() if var not in site[2] and id(value) in ids)
-    except Exception:  # noqa: BLE001 - advice only
-        return []
-
-
-def warn_bindings(name: str, stale: list[str], unbound: list[str]) -> None:
-    """Warn, while recording, about the names ``stale_at_end`` and ``unbound_given`` found. Never
-    raises, even under ``-W error``: it only advises."""
-    from ..errors import warn
-
-    try:
-        for var in stale:
-            warn(f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() "
-                 f"reads: a replay that restores {name!r} skips the block, so `{var}` keeps the value it had before "
-                 f"it (or is not defined); bind it before the loop (`{var} = None`) and pass it: "
-                 f"`..., {var} = flor.SkipBlock.end(..., {var})`")
-        for var in unbound:
-            warn(f"SkipBlock.end({name!r}) is given `{var}`, which was not bound when the block was first entered: a "
-                 f"replay that restores that run skips the block, and `{var}` is not defined when end() is called "
-                 f"(NameError); bind it before the loop ({var} = None)")
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-        return
-
-
-def stale_note(name: str, stale: list[str]) -> list[str]:
-    """The replay's notes about the names ``stale_at_end`` found in the script as it is now."""
-    return [f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() reads: "
-            f"where {name!r} is restored, `{var}` keeps the value it had before the block (or is not defined), "
-            f"unlike a full re-execution; pass it to end() (and bind it before the loop) and record again"
-            for var in stale]
-
-
 # -- a module's plain attributes -------------------------------------------------------------
-
-_PLAIN = (bool, int, float, str, list, dict, tuple)
-
-
-def _module_attrs(variables: dict) -> dict[tuple[int, str], tuple[object, int, str]]:
-    """``{(id of the variable's module, dotted name): (value or (type, length), id of the owning
-    module, attribute)}``. A module with its own ``get_extra_state`` is passed over: what it
-    keeps there (a count, a history) is in its state_dict, and flor cannot tell which
-    attributes that covers."""
-    import torch
-
-    own_extra = torch.nn.Module.get_extra_state
-    out: dict[tuple[int, str], tuple[object, int, str]] = {}
-    for var, value in variables.items():
-        if not isinstance(value, torch.nn.Module) or var.startswith("__"):
-            continue
-        for sub, m in value.named_modules():
-            if getattr(type(m), "get_extra_state", own_extra) is not own_extra:
-                continue
-            for attr, v in vars(m).items():
-                if not attr.startswith("_") and attr != "training" and type(v) in _PLAIN:
-                    key = f"{var}.{sub}.{attr}" if sub else f"{var}.{attr}"
-                    seen = (type(v), len(v)) if isinstance(v, (list, dict, tuple)) else v
-                    out[(id(value), key)] = (seen, id(m), attr)
-    return out
-
-
-def watch_module_attrs(frame: FrameType | None) -> dict[tuple[int, str], tuple[object, int, str]]:
-    """The plain attributes (numbers, strings, lengths of lists and dicts) of the modules among
-    the variables of ``frame``, taken as a block is first entered. Never raises."""
-    try:
-        from .objects import frame_variables
-
-        return _module_attrs(frame_variables(frame))
-    except Exception:  # noqa: BLE001 - advice only
-        return {}
-
-
-def warn_module_attrs(name: str, watched: dict[tuple[int, str], tuple[object, int, str]], frame: FrameType | None,
-                      objs: tuple) -> None:
-    """Warn about each plain attribute of a module given to ``end(*objs)`` that block ``name``
-    changed (``model.temperature *= 0.9``, a list it appends to): a module is checkpointed
-    through its ``state_dict``, which does not hold them, so a replay that restores the block
-    leaves them as they were. Never raises, even under ``-W error``: it only advises."""
-    from ..errors import warn
-
-    try:
-        from .objects import _passed, frame_variables
-
-        given = _passed(objs)
-        now = _module_attrs(frame_variables(frame))
-        named: set[tuple[int, str]] = set()  # (module, attribute): once, under the first name that reaches it
-        for (root, key), before in watched.items():
-            if root in given and (root, key) in now and now[(root, key)] != before and before[1:] not in named:
-                named.add(before[1:])
-                warn(f"SkipBlock.end({name!r}): the block changed `{key}`, a plain attribute of a module given to "
-                     "end(): a module is checkpointed through its state_dict, which does not hold it, so a replay "
-                     f"that restores {name!r} leaves `{key}` as it was; keep it in a buffer "
-                     "(module.register_buffer) or pass end() an object that holds it")
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-        return
 
 
 # -- an iterator wrapped around flor.it ------------------------------------------------------

@@ -33,104 +33,18 @@ from __future__ import annotations
 
 import pickle
 import random
-import sys
 from collections import deque
-from difflib import SequenceMatcher
 from types import FrameType
 from typing import Any, Iterable, Mapping
 
-__all__ = ["CarriedGrad", "arity_message", "caller_frame", "describe", "describe_node", "drawn_generators",
-           "forgotten", "forgotten_in_replay", "grad_probe", "grown_containers", "warn_containers", "warn_generators",
-           "warn_unnoted", "watch_containers", "watch_generators"]
+from ..state.describe import article, describe
+from .frames import _own_object, caller_frame, frame_variables, given_ids
+
+__all__ = ["GENERATOR_DEPTH", "drawn_generators", "forgotten", "forgotten_in_replay", "generators",
+           "grown_containers", "warn_containers", "warn_forgotten", "warn_generators", "watch_containers",
+           "watch_generators"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
-
-
-def describe(obj: Any) -> str:
-    """A type as the manifest names it: ``torch.optim.adamw.AdamW``, ``int``, ``tensor``..."""
-    import numpy as np
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return "tensor"
-    if isinstance(obj, np.ndarray):
-        return "numpy array"
-    if isinstance(obj, np.generic):
-        return "numpy scalar"
-    cls = type(obj)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def describe_node(node: Any) -> str:
-    """The same name for a recorded object, from its manifest node (see :mod:`flor.state`)."""
-    if not isinstance(node, dict):
-        return type(node).__name__
-    kind = node.get("t")
-    if "cls" in node and kind != "pickle":
-        return str(node["cls"])
-    return {"tensor": "tensor", "ndarray": "numpy array", "npscalar": "numpy scalar", "odict": "OrderedDict",
-            "pyrandom": "random.Random", "nprandomstate": "numpy.random.RandomState",
-            "npgenerator": "numpy.random.Generator", "generator": "torch._C.Generator"}.get(
-        str(kind), str(node.get("cls") or kind))
-
-
-def _a(kind: str) -> str:
-    return f"an {kind}" if kind[:1].lower() in "aeiou" else f"a {kind}"
-
-
-def arity_message(name: str, epoch: int | None, recorded: list[Any], given: tuple) -> str:
-    """Why ``end()`` does not fit its checkpoint: which positions are missing or extra, by type.
-
-    >>> import torch
-    >>> recorded = [{"t": "stateful", "cls": "torch.nn.modules.linear.Linear"}, 3,
-    ...             {"t": "stateful", "cls": "torch.optim.lr_scheduler.StepLR"}]
-    >>> print(arity_message("train", 0, recorded, (torch.nn.Linear(2, 1), 4)))
-    SkipBlock.end('train') was given 2 objects at epoch 0, the recording had 3: position 2 was a torch.optim.lr_scheduler.StepLR (missing now); pass the same objects, in the same order
-    """
-    old = [describe_node(n) for n in recorded]
-    new = [describe(o) for o in given]
-    where = "" if epoch is None else f" at epoch {epoch}"
-    parts = []
-    for tag, i1, i2, j1, j2 in SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
-        if tag == "replace" and i2 - i1 == j2 - j1:  # the same count, other types
-            parts.extend(f"position {i} was {_a(old[i])}, is {_a(new[j])} now" for i, j in zip(range(i1, i2), range(j1, j2)))
-            continue
-        if tag in ("delete", "replace"):
-            parts.extend(f"position {i} was {_a(old[i])} (missing now)" for i in range(i1, i2))
-        if tag in ("insert", "replace"):
-            parts.extend(f"position {j} is {_a(new[j])} (not in the recording)" for j in range(j1, j2))
-    detail = "; ".join(parts[:6]) + ("; ..." if len(parts) > 6 else "")
-    return (f"SkipBlock.end({name!r}) was given {len(given)} objects{where}, the recording had {len(recorded)}"
-            + (f": {detail}" if detail else "") + "; pass the same objects, in the same order")
-
-
-def caller_frame() -> FrameType | None:
-    """The innermost frame outside flor: the script's code that called ``SkipBlock.end``."""
-    frame = sys._getframe(1)
-    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "flor":
-        frame = frame.f_back
-    return frame
-
-
-def frame_variables(frame: FrameType | None) -> dict[str, Any]:
-    """The frame's locals over its module's globals (a loop in ``main()`` sees both)."""
-    if frame is None:
-        return {}
-    return {**frame.f_globals, **frame.f_locals}
-
-
-def _passed(objs: Iterable[Any]) -> set[int]:
-    """Ids of the objects given, and of those one container deep (``end(net, [opt, sched])``)."""
-    ids = set()
-    for o in objs:
-        ids.add(id(o))
-        if isinstance(o, (list, tuple)):
-            ids.update(id(x) for x in o)
-        elif isinstance(o, dict):
-            ids.update(id(x) for x in o.values())
-    return ids
 
 
 def forgotten(objs: tuple, variables: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -138,7 +52,7 @@ def forgotten(objs: tuple, variables: Mapping[str, Any]) -> list[tuple[str, str,
     GradScaler (when an optimizer is given) found in ``variables`` but not given."""
     import torch
 
-    passed = _passed(objs)
+    passed = given_ids(objs)
     optimizers = {id(o) for o in objs if isinstance(o, torch.optim.Optimizer)}
     optimizers |= {i for o in objs if isinstance(o, (list, tuple)) for x in o
                    if isinstance(x, torch.optim.Optimizer) for i in [id(x)]}
@@ -169,7 +83,7 @@ def warn_forgotten(name: str, objs: tuple) -> None:
 
     try:
         for var, kind, why in forgotten(objs, frame_variables(caller_frame())):
-            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({_a(kind)}, {why}): its state is not "
+            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({article(kind)}, {why}): its state is not "
                  f"checkpointed, so a replay that restores {name!r} starts it fresh and its values diverge; "
                  f"pass it to SkipBlock.end(..., {var})")
     except Exception:  # noqa: BLE001 - advice that cannot be given (even under -W error) must not stop training
@@ -183,7 +97,7 @@ def forgotten_in_replay(name: str, objs: tuple) -> list[tuple[str, str]]:
     differs from a full re-execution even where every block verifies: ``(variable, note)``.
     Never raises."""
     try:
-        return [(var, f"SkipBlock.end({name!r}) is not given `{var}` ({_a(kind)}, {why}): this replay cannot restore "
+        return [(var, f"SkipBlock.end({name!r}) is not given `{var}` ({article(kind)}, {why}): this replay cannot restore "
                 f"its state, so values read from it (a learning rate, a plateau count, a loss scale) may differ "
                 f"from a full re-execution although the blocks verify; pass it to SkipBlock.end(..., {var}) "
                 f"and record again")
@@ -231,8 +145,6 @@ def _parts(value: Any) -> list[tuple[str, Any]]:
     list, tuple or dict (``loaders = {"train": ...}``). Nothing for anything else: a model, a
     tensor, a module."""
     import torch.utils.data
-
-    from .outer import _own_object
 
     if isinstance(value, torch.utils.data.DataLoader):
         return [(f".{attr}", getattr(value, attr, None)) for attr in _LOADER_PARTS]
@@ -325,7 +237,7 @@ def drawn_generators(watched: list[tuple[str, Any, bytes]], objs: tuple) -> list
     from (its state changed) but that ``end(*objs)`` was not given (itself, or a DataLoader
     holding it); ``warn_generators`` decides at the block's next entry. Never raises."""
     try:
-        passed = _passed(objs) | _held_generators(objs)
+        passed = given_ids(objs) | _held_generators(objs)
         return [(var, gen, now) for var, gen, before in watched
                 if id(gen) not in passed for now in [_fingerprint(gen)] if now != before]
     except Exception:  # noqa: BLE001 - advice only
@@ -345,7 +257,7 @@ def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
         for var, gen, after in drawn:
             if _fingerprint(gen) != after:
                 continue
-            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({_a(describe(gen))}, a random generator the "
+            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({article(describe(gen))}, a random generator the "
                  f"block drew from): flor checkpoints the generators given to end() and the global ones (Python's, "
                  f"NumPy's, torch's) only, so a replay that restores {name!r} leaves `{var}` where it was and later "
                  "epochs draw other numbers than the recording did (a DataLoader's shuffling order, random crops); "
@@ -381,7 +293,7 @@ def grown_containers(watched: list[tuple[str, Any, int]], objs: tuple) -> list[t
     the block changed (an ``append``, a new key) but that ``end(*objs)`` was not given (itself,
     inside a container given, or an attribute of an object given). Never raises."""
     try:
-        passed = _passed(objs)
+        passed = given_ids(objs)
         for o in objs:
             own = getattr(o, "__dict__", None)
             if type(own) is dict:
@@ -400,7 +312,7 @@ def warn_containers(name: str, grown: list[tuple[str, str, int, int]]) -> None:
 
     try:
         for var, kind, before, after in grown:
-            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({_a(kind)} the block changed from {before} to "
+            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({article(kind)} the block changed from {before} to "
                  f"{after} items): flor checkpoints only what end() is given, so a replay that restores {name!r} "
                  f"leaves `{var}` as it was and values read from it after the block differ from the recording's; "
                  f"pass it to SkipBlock.end(..., {var})")
@@ -408,93 +320,3 @@ def warn_containers(name: str, grown: list[tuple[str, str, int, int]]) -> None:
         return
 
 
-def warn_unnoted(name: str, epoch: int | None, lost: list[tuple[str, str]]) -> None:
-    """Warn about variables block ``name`` changes outside ``end()`` that cannot be noted
-    (``flor.engine.outer.BlockVars.leave``): a replay that restores the block leaves them as they
-    were. Never raises: it only advises."""
-    from ..errors import warn
-    from .outer import BLOCK_MAX_ITEMS
-
-    try:
-        where = "" if epoch is None else f" at epoch {epoch}"
-        for var, what in lost:
-            if what == "too big":
-                first = (f"`{var}`, which SkipBlock {name!r} changes outside end(), is no longer plain data of at "
-                         f"most {BLOCK_MAX_ITEMS} items{where}")
-            else:
-                first = f"SkipBlock {name!r} bound `{var}` outside end(){where} to state that is not plain data"
-            warn(f"{first}: a replay that restores {name!r} leaves `{var}` as it was, so values read from it after "
-                 f"the block differ from the recording's; pass it to SkipBlock.end(..., {var}) and use what end() "
-                 "returns")
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-        return
-
-
-def grad_probe(objs: tuple) -> Any:
-    """A parameter to watch for gradients carried into the block's next run: the first one that
-    requires grad of the first module among ``objs`` (``flor.state.grads.modules_among``); None."""
-    from ..state.grads import modules_among
-
-    try:
-        for _, m in modules_among(objs):
-            for p in m.parameters():
-                if p.requires_grad:
-                    return p
-    except Exception:  # noqa: BLE001 - advice only
-        pass
-    return None
-
-
-class CarriedGrad:
-    """Whether the block's second run accumulates into the gradient its first run left.
-
-    A module's state_dict holds no gradients, so a block that starts by adding to the previous
-    epoch's leftover gradient (gradient accumulation whose last partial window spans the
-    epoch's end, or no ``zero_grad`` before the first backward) trains differently after a
-    restored block unless its gradients are restored too. A gradient hook on one parameter
-    sees, at the block's first backward, whether a nonzero gradient is still there; from then
-    on the block's checkpoints keep ``p.grad`` (``flor.state.grads``). Armed once a block, at
-    its second entry, only when a leftover exists; removed by ``close``. Never raises."""
-
-    def __init__(self, name: str, param: Any) -> None:
-        self.name, self.param, self.handle, self.carried, self.fired = name, param, None, False, False
-        try:
-            grad = param.grad
-            if grad is not None and bool(grad.detach().ne(0).any()):
-                self.handle = param.register_hook(self._first_backward)
-        except Exception:  # noqa: BLE001 - advice only
-            self.handle = None
-
-    def _first_backward(self, grad: Any) -> None:
-        if self.fired:  # later backward passes of the block: nothing to look at
-            return
-        self.fired = True  # the hook stays until close(): removing it while autograd runs it is not safe
-        try:
-            left = self.param.grad  # what this backward is about to add to
-            self.carried = left is not None and bool(left.detach().ne(0).any())
-        except Exception:  # noqa: BLE001 - a hook must never break the backward pass
-            pass
-
-    def close(self) -> bool:
-        """Remove the hook (idempotent); warn, and return True, if the block accumulated into a
-        carried gradient."""
-        from ..errors import warn
-
-        handle, self.handle = self.handle, None
-        if handle is not None:
-            try:
-                handle.remove()
-            except Exception:  # noqa: BLE001
-                pass
-        if not self.carried:
-            return False
-        self.carried = False
-        try:
-            warn(f"SkipBlock {self.name!r} added to the gradients its previous run left (no zero_grad before its "
-                 "first backward, or an accumulation window that spans the end of an epoch): its checkpoints now "
-                 "keep p.grad too, so a replay restores them; the checkpoint of its first run has none, and a "
-                 "replay re-executes that run. If the carry-over is not intended, call optimizer.zero_grad() at "
-                 "the start of the block")
-        except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-            pass
-        return True

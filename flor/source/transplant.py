@@ -28,7 +28,7 @@ patch (``flor replay --dry-run``) shows only added lines and flag edits.
 >>> transplant(old, "import flor\\nfor e in range(3):\\n    x = train2(e)\\n    flor.log('x', x)\\n")
 Traceback (most recent call last):
 ...
-flor.launch.transplant.TransplantError: cannot place `flor.log('x', x)` (line 4 of today's script): its anchor `x = train2(e)` is not in the older script
+flor.source.transplant.TransplantError: cannot place `flor.log('x', x)` (line 4 of today's script): its anchor `x = train2(e)` is not in the older script
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ReplayError
-# verify owns what counts as logging (the same rules decide "changed by more than logging")
-from ..verify import _assigned, _dotted, _flor_log_value, _is_logging_call, _logging_only_names
+# edits owns what counts as logging (the same rules decide "changed by more than logging")
+from .edits import assigned, dotted, flor_log_value, is_logging_call, logging_only_names
 
 __all__ = ["Transplant", "TransplantError", "transplant", "unified_patch"]
 
@@ -87,7 +87,7 @@ class _Normalize(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> Any:
         node.keywords = [k for k in node.keywords if k.arg != "probed"]
-        value = _flor_log_value(node)
+        value = flor_log_value(node)
         if value is not None:
             return self.visit(value)
         return self.generic_visit(node)
@@ -128,9 +128,9 @@ def _logging_stmt(stmt: ast.stmt, drop: set[str], old_names: set[str]) -> bool:
     A name the older script binds too is not new: ``x = train2(e)`` where the older script has
     ``x = train(e)`` is changed training code, even when only a log reads ``x`` today."""
     if isinstance(stmt, ast.Expr):
-        return _is_logging_call(stmt.value)
+        return is_logging_call(stmt.value)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-        names = _assigned(stmt)
+        names = assigned(stmt)
         return bool(names) and names <= drop and not names & old_names
     if isinstance(stmt, ast.If):
         return all(_logging_stmt(s, drop, old_names) for s in stmt.body + stmt.orelse)
@@ -170,7 +170,7 @@ class _Placer:
         except SyntaxError as exc:
             raise TransplantError(f"cannot read the script: {exc}; replay that run by hand with its own "
                                   "recorded source") from exc
-        self.drop = _logging_only_names(self.new)
+        self.drop = logging_only_names(self.new)
         self.old_names = _bound_names(self.old)
         self.known = self.old_names | set(dir(builtins)) | {"__file__", "__name__"}
         self.inserts: list[_Insert] = []
@@ -242,7 +242,7 @@ class _Placer:
                 raise self.fail(stmt, f"its anchor `{_short(anchor)}` shares its line with other statements")
             where = f"after line {line}"
         indent = self.old_lines[(old_block[0].lineno - 1)][: old_block[0].col_offset]
-        for name in _assigned(stmt) or ():
+        for name in assigned(stmt) or ():
             self.known.add(name)  # a later statement may read it
         self.inserts.append(_Insert(line, indent, ast.unparse(stmt), len(self.inserts)))
         self.placed.append(f"`{_short(stmt)}` (line {stmt.lineno}) {where} of the older script")
@@ -250,13 +250,13 @@ class _Placer:
     def probed_flag(self, stmt: ast.stmt) -> None:
         """``step_into("name", probed=True)`` today: the same block in the older script gets the flag."""
         for call in (n for n in ast.walk(_header(stmt) if _is_compound(stmt) else stmt) if isinstance(n, ast.Call)):
-            if not (_dotted(call.func).endswith("step_into") and call.args and isinstance(call.args[0], ast.Constant)):
+            if not (dotted(call.func).endswith("step_into") and call.args and isinstance(call.args[0], ast.Constant)):
                 continue
             flag = next((k for k in call.keywords if k.arg == "probed"), None)
             if flag is None or not (isinstance(flag.value, ast.Constant) and flag.value.value is True):
                 continue
             name = call.args[0].value
-            olds = [c for c in ast.walk(self.old) if isinstance(c, ast.Call) and _dotted(c.func).endswith("step_into")
+            olds = [c for c in ast.walk(self.old) if isinstance(c, ast.Call) and dotted(c.func).endswith("step_into")
                     and c.args and isinstance(c.args[0], ast.Constant) and c.args[0].value == name]
             if len(olds) != 1:
                 why = "is not in the older script" if not olds else f"is there {len(olds)} times"

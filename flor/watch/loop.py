@@ -1,0 +1,255 @@
+"""Outer-loop state: the plain-data variables of the frame that iterates ``flor.it``.
+
+Scripts keep state in the epoch loop itself, outside the objects given to ``SkipBlock.end``:
+a best validation loss, a patience counter, an EMA of the loss, a sample counter, a learning
+rate set by hand. A replay worker that starts mid-run skips the epochs before its segment,
+so without help it would start that state fresh. The recording therefore notes, at the end
+of each epoch, the variables of the loop's frame (module globals for a top-level loop, the
+function's locals for a loop inside a function) that are plain data: numbers, strings,
+bools, None, NumPy and 0-d tensor scalars, numeric NumPy arrays of up to 256 values, and small tuples,
+lists, dicts, deques, Counters, OrderedDicts and defaultdicts (of list, int, float, dict or
+str) of them. A
+worker that starts at epoch ``a > 0`` restores the values noted after epoch ``a - 1`` before
+its first epoch runs.
+
+What is not plain data (a list past ``MAX_ITEMS`` items, a dict of tensors, any object) and
+was bound before the loop and changed in it is *named* instead: the worker says which
+variables it could not restore and how to fix that (pass them to ``end()``, or replay with
+``--flor_strong``). Locals of a function are written back with ``PyFrame_LocalsToFast`` up
+to Python 3.12 and through the write-through ``frame.f_locals`` of PEP 667 from 3.13;
+where neither exists, they are named too.
+
+A variable the loop has not changed by the end of epoch ``a - 1`` (``"unchanged"``: its value
+then, and at every epoch end before, is the one it had when the loop started: a timer, a
+path, a setting read before the loop) is left as the worker's own code before the loop set
+it, as a full re-execution would have it, rather than given the recording's value.
+
+One JSON line per epoch goes to ``logs/outer-state.jsonl``; values are tagged so that a
+tuple comes back a tuple and a float32 scalar a float32 scalar. The file is untrusted input
+when replayed: a line that does not decode is ignored, a value that does not decode is
+named, and nothing in it can run code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any, Collection, Iterable
+
+from .._files import StoreFileError, open_append, read_text
+from .frames import (CO_OPTIMIZED, _NUMBERS, _fingerprint, _maybe_scalar, _plain_now, _same_key, _scalar_like,
+                     _skipped, _state_like, loop_targets)
+from .plain import _CONTAINERS, _SCALARS, MAX_ITEMS, NotPlain, encode
+
+__all__ = ["LoopFrame", "MAX_VARS", "OuterStateWriter", "read_outer_state"]
+
+#: the most variables noted per epoch (a notebook's globals can be many)
+MAX_VARS = 512
+
+
+class LoopFrame:
+    """The frame that iterates ``flor.it``: read at epoch boundaries, written back in a replay."""
+
+    def __init__(self, frame: FrameType, limit: int = MAX_ITEMS) -> None:
+        self.frame: FrameType | None = frame
+        self.limit = limit  # the most scalars one variable may hold
+        self.track = True  # name what is not plain data (``_not_plain``); a block's frame does not
+        self.function = bool(frame.f_code.co_flags & CO_OPTIMIZED)
+        self.where = f"{frame.f_code.co_name}()" if self.function else "the module"
+        self.targets: set[str] = set()
+        self.before: dict[str, tuple[int, int | None]] = {}  # non-plain variables at the loop's start
+        self.changed: set[str] = set()  # ... that the loop rebound or resized
+        self.too_many = False
+        self.ignored: set[str] = set()  # dunders and the loop variable
+        self.static: dict[str, int] = {}  # name -> id of the module, function or class it held at the start
+        self.opaque: set[type] = set()  # types that are never plain data (checked once per type)
+        self.initial: dict[str, Any] = {}  # plain variables at the loop's start: name -> _same_key(encoded)
+        self.touched: set[str] = set()  # ... that some epoch so far ended with another value (or bound anew)
+
+    def variables(self) -> dict[str, Any]:
+        frame = self.frame
+        if frame is None:
+            return {}
+        return frame.f_locals if self.function else frame.f_globals
+
+    def start(self, *, loop: bool = True) -> None:
+        """At the loop's first step: the loop variable, and the non-plain variables bound
+        before the loop (they are state the loop may change). ``loop=False``: at a block's
+        entry, which binds no loop variable."""
+        if self.frame is None:
+            return
+        self.targets = loop_targets(self.frame) if loop else set()
+        for name, value in list(self.variables().items()):
+            if _skipped(name) or name in self.targets:
+                self.ignored.add(name)
+            elif not _state_like(value):
+                self.static[name] = id(value)  # an import, a def: skipped cheaply while it stays
+            elif type(value) not in _SCALARS:
+                self.before[name] = _fingerprint(value)
+        self.ignored |= self.targets
+        self.initial = {name: _same_key(v) for name, v in self._plain().items()}
+
+    def capture(self, passed: Iterable[int] = ()) -> dict[str, Any]:
+        """``{"vars": {name: encoded}, "unrestorable": [names], "unchanged": [names]}`` of the
+        frame now; unchanged: the variables that held their loop-start value at every capture."""
+        out = self._plain(passed)
+        initial, touched = self.initial, self.touched
+        for name, value in out.items():
+            if name not in touched and (name not in initial or _same_key(value) != initial[name]):
+                touched.add(name)
+        return {"vars": out, "unrestorable": sorted(self.changed - out.keys()),
+                "unchanged": sorted(name for name in out if name not in touched)}
+
+    def _plain(self, passed: Iterable[int] = (), skip: Collection[int] = ()) -> dict[str, Any]:
+        """``{name: encoded}`` of the frame's plain-data variables now, but for the containers
+        whose ids are in ``skip`` (given to ``end()``: checkpointed, not encoded here); names the others."""
+        out: dict[str, Any] = {}
+        passed = set(passed)
+        ignored, static = self.ignored, self.static
+        for name, value in list(self.variables().items()):
+            if name in ignored:
+                continue
+            kind = type(value)
+            if kind in _NUMBERS:  # the common case, without a call
+                out[name] = value
+                continue
+            if static.get(name) == id(value):
+                continue
+            if kind in self.opaque:  # before the name: most variables are models, tensors, loaders
+                if self.track and not _skipped(name):
+                    self._not_plain(name, value, passed)
+                continue
+            if _skipped(name):  # bound inside the loop
+                ignored.add(name)
+                continue
+            if skip and id(value) in skip:
+                continue
+            if kind not in _CONTAINERS and not _scalar_like(value):
+                if not _maybe_scalar(kind):
+                    self.opaque.add(kind)  # a model, a loader, a Namespace: never plain data
+                self._not_plain(name, value, passed)
+                continue
+            try:
+                out[name] = encode(value, self.limit)
+            except NotPlain:
+                self._not_plain(name, value, passed)
+            except Exception:  # noqa: BLE001 - an odd value (a tensor whose item() fails) is just not noted
+                continue
+            if len(out) >= MAX_VARS:
+                self.too_many = True
+                break
+        return out
+
+    def _not_plain(self, name: str, value: Any, passed: set[int]) -> None:
+        """``name`` holds what cannot be noted: named when it was there before the loop and the
+        loop rebound or resized it, or it held plain data then (``best_state = None``, later
+        a copy of the weights), and it is not given to ``end()``."""
+        if not self.track or id(value) in passed:
+            return
+        was = self.before.get(name)
+        if (was is not None and _fingerprint(value) != was) or name in self.initial:
+            self.changed.add(name)
+
+    def restore(self, values: dict[str, Any]) -> list[str]:
+        """Write ``values`` into the frame; return the names that could not be written."""
+        frame = self.frame
+        if frame is None or not values:
+            return []
+        current = self.variables()
+        # a name the script now binds to something that is not plain data is left alone
+        values = {k: v for k, v in values.items() if k not in current or _plain_now(current[k])}
+        if not self.function:
+            frame.f_globals.update(values)
+            return []
+        code = frame.f_code
+        local_names = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
+        skipped = sorted(k for k in values if k not in local_names)
+        values = {k: v for k, v in values.items() if k in local_names}
+        if sys.version_info >= (3, 13):  # PEP 667: f_locals writes through
+            proxy = frame.f_locals
+            for k, v in values.items():
+                proxy[k] = v
+            return skipped
+        try:
+            import ctypes
+
+            to_fast = ctypes.pythonapi.PyFrame_LocalsToFast
+        except (ImportError, AttributeError):
+            return sorted(values) + skipped
+        frame.f_locals.update(values)
+        to_fast(ctypes.py_object(frame), ctypes.c_int(0))
+        return skipped
+
+    def close(self) -> None:
+        self.frame = None  # a function's frame keeps its locals alive: let go after the loop
+
+
+# -- a block's own variables ---------------------------------------------------------------
+
+
+# -- the file ------------------------------------------------------------------------------
+
+
+class OuterStateWriter:
+    """Appends one line per epoch; never raises into training."""
+
+    def __init__(self, path: Path, what: str = "the outer-loop state") -> None:
+        self.path, self.what = path, what
+        self._file: Any = None
+        self.failed: str | None = None
+
+    def write(self, epoch: int, state: dict[str, Any]) -> None:
+        if self.failed is not None:
+            return
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = os.fdopen(open_append(self.path), "a", encoding="utf-8")  # never through a link
+            self._file.write(json.dumps({"epoch": epoch, **state}, separators=(",", ":"), allow_nan=True) + "\n")
+            self._file.flush()
+        except (OSError, ValueError, TypeError) as exc:
+            self.failed = str(exc)
+            from ..errors import warn
+
+            warn(f"writing {self.what} to {self.path} failed ({exc}); a replay will name the variables "
+                 "it cannot restore")
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+
+
+def read_outer_state(path: Path, epoch: int) -> dict[str, Any] | None:
+    """The state noted at the end of ``epoch`` (``{"vars": ..., "unrestorable": [...]}``,
+    values still encoded), or None when there is none or its line is damaged."""
+    try:
+        lines = read_text(path).splitlines()  # a regular file of at most MAX_METADATA, no link followed
+    except StoreFileError as exc:  # a FIFO, a link, a huge file in its place: as if nothing was noted
+        from ..errors import warn
+
+        warn(f"ignoring {exc.strerror}")
+        return None
+    except OSError:
+        return None
+    found = None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("epoch") == epoch and isinstance(rec.get("vars"), dict):
+            found = rec  # the last one wins (a resumed recording appends again)
+    if found is None:
+        return None
+    unrestorable = found.get("unrestorable")
+    found["unrestorable"] = [str(n) for n in unrestorable] if isinstance(unrestorable, list) else []
+    unchanged = found.get("unchanged")  # absent in a recording of an older flor: every variable is restored
+    found["unchanged"] = [n for n in unchanged if isinstance(n, str)] if isinstance(unchanged, list) else []
+    return found

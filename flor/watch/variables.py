@@ -1,0 +1,229 @@
+"""A block's own variables: the plain data a block run changes outside ``end()`` (its frame's
+variables, the globals it declares, the attributes of the script's own objects), noted at
+``end()`` and set by a replay that restores the block."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import FrameType
+from typing import Any, Collection
+
+from .._files import StoreFileError, read_text
+from .attributes import ATTR_DEPTH, object_attrs
+from .frames import (CO_OPTIMIZED, _changed, _holds_state, given_ids, _keys, _own_object, _plain_now, _skipped,
+                     global_names)
+from .loop import LoopFrame
+from .outside import MAX_OUTSIDE
+from .plain import _CONTAINERS, BLOCK_MAX_ITEMS, encode
+
+__all__ = ["BlockVars", "read_block_state", "restore_globals", "stored_globals", "warn_unnoted"]
+
+class BlockVars:
+    """The plain-data variables a SkipBlock changes outside the objects given to ``end()``.
+
+    A batch loop counts steps (``step += 1``), sums a loss (``total += loss.item()``), appends
+    to a history or updates a dict of running metrics, and the code after the block reads them.
+    A replay that restores the block does not run its body, so without help those variables
+    keep the values they had before it. The recording therefore notes, at each ``end()``, the
+    plain-data variables of the block's frame whose value the block changed (or bound anew),
+    one JSON line per block run in ``logs/block-state.jsonl``; a replay that restores the block
+    sets them as noted (``read_block_state``), so the code after it sees what a full run sees.
+    The same for the module globals a block in a function declares ``global``
+    (``stored_globals``) and the plain attributes of the script's own objects in the frame that
+    ``end()`` is not given (``object_attrs``: ``self.step`` in a Trainer's method).
+
+    Only what the block changed is noted: a variable the edited script sets before the block
+    (a setting changed for the hindsight run) is left as the replay's code sets it. Values are
+    encoded as for the outer-loop state, at most ``BLOCK_MAX_ITEMS`` scalars a variable; a
+    container the block grows past that, or that holds tensors, is still named by the
+    recording's warning (``grown_containers``). Never raises into training.
+    """
+
+    def __init__(self) -> None:
+        self.frames: dict[str, LoopFrame] = {}
+        self.noted: dict[str, set[str]] = {}  # block -> the variables noted at one of its ends so far
+        self.given: dict[str, set[int]] = {}  # block -> ids of the containers its last end() was given
+        self.warned: set[tuple[str, str]] = set()
+        self.globals_initial: dict[str, dict[str, Any]] = {}  # block -> its function's globals at entry
+        self.attrs_initial: dict[str, dict[str, dict[str, Any]]] = {}  # block -> its objects' attributes at entry
+        self.passed: dict[str, set[int]] = {}  # block -> ids of what its last end() was given (``given_ids``)
+        self.attr_ids: dict[str, dict[tuple[str, str], int]] = {}  # block -> its objects' attributes at first entry
+
+    def enter(self, name: str, frame: FrameType | None) -> None:
+        """At the block's entry: its frame's plain-data variables, to compare at ``leave``."""
+        if frame is None:
+            return
+        try:
+            lf = self.frames.get(name)
+            if lf is None:  # its imports, functions and classes are found once and skipped after
+                lf = self.frames[name] = LoopFrame(frame, limit=BLOCK_MAX_ITEMS)
+                lf.track = False
+                lf.start(loop=False)
+            else:
+                lf.frame = frame  # a block in a function: a new frame each call
+                lf.initial = _keys(lf._plain(skip=self.given.get(name, ())))
+            variables = lf.variables()
+            self.globals_initial[name] = _keys(stored_globals(frame))
+            self.attrs_initial[name] = {var: _keys(attrs)
+                                        for var, attrs in object_attrs(variables, self.passed.get(name, ())).items()}
+            if name not in self.noted:  # its first run: what its objects' attributes are, to name state it rebinds
+                self.attr_ids[name] = {(var, attr): id(v) for var, value in variables.items()
+                                       if not _skipped(var) and _own_object(value) for attr, v in vars(value).items()}
+        except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
+            self.frames.pop(name, None)
+
+    def leave(self, name: str, objs: tuple = ()) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, str]]]:
+        """``{variable: encoded}`` of those the block changed since ``enter``, but for a container
+        given to ``end()`` (its checkpoint holds it); ``{"globals": ..., "attrs": ...}``, where
+        not empty, of the module globals a block in a function changed that the function
+        declares ``global`` (``global_step += 1``, ``stored_globals``) and of the plain attributes
+        it changed of the script's own objects not given to ``end()`` (``self.step += 1``,
+        ``object_attrs``: ``{variable: {attribute: encoded}}``); and, once each, ``(variable, what)`` of
+        those it changed that cannot be noted, for a warning: one noted before that no longer
+        is (``"too big"``: a history grown past ``BLOCK_MAX_ITEMS``), or one it bound to state
+        that is not plain data (``"state"``: a copy of the best weights, in place of a None or
+        of an earlier copy). Lets go of the frame."""
+        lf = self.frames.get(name)
+        if lf is None or lf.frame is None:
+            return {}, {}, []
+        try:
+            initial, now = lf.initial, lf.variables()
+            given = self.given[name] = {id(o) for o in objs if type(o) in _CONTAINERS}
+            plain = lf._plain(given, skip=given)
+            changed = {var: value for var, value in _changed(plain, initial).items() if id(now.get(var)) not in given}
+            passed = self.passed[name] = given_ids(objs)
+            was = self.attrs_initial.pop(name, {})
+            plain_attrs = object_attrs(now, passed)
+            attrs = {var: diff for var, found in plain_attrs.items() if (diff := _changed(found, was.get(var, {})))}
+            globals_ = _changed(stored_globals(lf.frame, given), self.globals_initial.pop(name, {}))
+            more = {part: found for part, found in (("globals", globals_), ("attrs", attrs)) if found}
+            first = name not in self.noted
+            noted = self.noted.setdefault(name, set())
+            lost = [(var, "too big" if var in noted else "state") for var in sorted((noted | initial.keys()) - plain.keys())
+                    if var in now and (var in noted or _holds_state(now[var]))]
+            if first:  # state bound before the block, rebound by its first run: a copy of the best weights
+                lost += [(var, "state") for var, (ident, _) in sorted(lf.before.items())
+                         if var in now and id(now[var]) != ident and var not in plain and _holds_state(now[var])]
+                ids = self.attr_ids.pop(name, {})  # ... or kept on self: self.best_state
+                lost += [(f"{var}.{attr}", "state") for var, value in sorted(now.items())
+                         if id(value) not in passed and not _skipped(var) and _own_object(value)
+                         for attr, v in sorted(vars(value).items())
+                         if ids.get((var, attr)) != id(v) and attr not in plain_attrs.get(var, {})
+                         and id(v) not in passed and _holds_state(v)]
+            lost = [(var, what) for var, what in lost
+                    if (name, var) not in self.warned and ("." in var or (id(now[var]) not in passed and not _skipped(var)))]
+            self.warned.update((name, var) for var, _ in lost)
+            noted.update(changed)
+            return changed, more, lost
+        except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
+            return {}, {}, []
+        finally:
+            lf.frame = None
+
+
+
+def stored_globals(frame: FrameType, skip: Collection[int] = ()) -> dict[str, Any]:
+    """``{name: encoded}`` of the plain-data module globals a function's frame assigns
+    (``global_names``), but for the containers whose ids are in ``skip``; empty for a module's
+    frame, whose globals are its variables."""
+    if not frame.f_code.co_flags & CO_OPTIMIZED:
+        return {}
+    module, out = frame.f_globals, {}
+    for var in global_names(frame.f_code):
+        if var in module and id(module[var]) not in skip:
+            try:
+                out[var] = encode(module[var], BLOCK_MAX_ITEMS)
+            except Exception:  # noqa: BLE001 - NotPlain, or an odd value: not noted
+                continue
+    return out
+
+
+
+def restore_globals(frame: FrameType, values: dict[str, Any]) -> list[str]:
+    """Set the module globals in ``values`` that the function of ``frame`` assigns itself
+    (``global_names``; values from a store never bind another name) and that hold plain data or
+    nothing now; return the names left as they are."""
+    allowed = global_names(frame.f_code) if frame.f_code.co_flags & CO_OPTIMIZED else frozenset()
+    module, left = frame.f_globals, []
+    for var, value in values.items():
+        if var in allowed and (var not in module or _plain_now(module[var])):
+            module[var] = value
+        else:
+            left.append(var)
+    return sorted(left)
+
+
+
+def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, dict[str, Any]]]:
+    """``{(epoch, block, occurrence): {"vars": {variable: encoded}, "globals": {...}, "attrs":
+    {variable: {attribute: encoded}}}}`` noted by ``BlockVars`` (``globals``: those of the module
+    a block in a function declares ``global``; ``attrs``: of the script's own objects); empty
+    when there is none. Untrusted input: a line of another shape is ignored,
+    and only names that are identifiers (not dunders) are kept, so what a restore writes is
+    plain data under a plain name."""
+    try:
+        lines = read_text(path).splitlines()  # a regular file of at most MAX_METADATA, no link followed
+    except StoreFileError as exc:
+        from ..errors import warn
+
+        warn(f"ignoring {exc.strerror}")
+        return {}
+    except OSError:
+        return {}
+    found: dict[tuple[int | None, str, int], dict[str, dict[str, Any]]] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        epoch, block, occ = rec.get("epoch"), rec.get("block"), rec.get("occ")
+        got, module, attrs = rec.get("vars", {}), rec.get("globals", {}), rec.get("attrs", {})
+        if (epoch is not None and type(epoch) is not int) or type(block) is not str or type(occ) is not int \
+                or not isinstance(got, dict) or not isinstance(module, dict) or not isinstance(attrs, dict):
+            continue
+        entry = {part: _named(names) for part, names in (("vars", got), ("globals", module))}
+        entry["attrs"] = {var: {k: v for k, v in names.items() if _attr_path(k)}
+                          for var, names in _named(attrs).items() if isinstance(names, dict)}
+        outside = rec.get("outside", {})  # names and counts: compared, never acted on
+        entry["outside"] = {k: v for k, v in list(outside.items())[:MAX_OUTSIDE]
+                            if isinstance(k, str) and len(k) <= 400 and type(v) is int} \
+            if isinstance(outside, dict) else {}
+        found[(epoch, block, occ)] = entry
+    return found  # the last line of a key wins (a resumed recording appends again)
+
+
+
+def _attr_path(key: Any) -> bool:
+    """``key`` is an attribute, or a dotted path of at most ``ATTR_DEPTH`` attributes, each an
+    identifier that is not a dunder."""
+    parts = key.split(".") if isinstance(key, str) else []
+    return 0 < len(parts) <= ATTR_DEPTH and all(p.isidentifier() and not _skipped(p) for p in parts)
+
+
+
+def _named(names: dict) -> dict[str, Any]:
+    """The entries of ``names`` under identifiers that are not dunders."""
+    return {k: v for k, v in names.items() if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
+
+
+def warn_unnoted(name: str, epoch: int | None, lost: list[tuple[str, str]]) -> None:
+    """Warn about variables block ``name`` changes outside ``end()`` that cannot be noted
+    (``flor.watch.variables.BlockVars.leave``): a replay that restores the block leaves them as they
+    were. Never raises: it only advises."""
+    from ..errors import warn
+    try:
+        where = "" if epoch is None else f" at epoch {epoch}"
+        for var, what in lost:
+            if what == "too big":
+                first = (f"`{var}`, which SkipBlock {name!r} changes outside end(), is no longer plain data of at "
+                         f"most {BLOCK_MAX_ITEMS} items{where}")
+            else:
+                first = f"SkipBlock {name!r} bound `{var}` outside end(){where} to state that is not plain data"
+            warn(f"{first}: a replay that restores {name!r} leaves `{var}` as it was, so values read from it after "
+                 f"the block differ from the recording's; pass it to SkipBlock.end(..., {var}) and use what end() "
+                 "returns")
+    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
+        return
