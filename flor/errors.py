@@ -57,6 +57,7 @@ class ReplayError(FlorError):
     """The script being replayed no longer matches its recording."""
 
 
-def warn(message: str) -> None:
-    """A warning that never stops training, printed once per message (``flor: ...``)."""
-    warnings.warn(f"flor: {message}", RuntimeWarning, stacklevel=3)
+def warn(code: str, message: str) -> None:
+    """A warning that never stops training, printed once per message: ``flor: FL204 ...``
+    (``code``: a finding of ``flor.findings.CATALOGUE``)."""
+    warnings.warn(f"flor: {code} {message}", RuntimeWarning, stacklevel=3)

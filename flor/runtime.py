@@ -40,7 +40,7 @@ def current() -> "Session | None":
                     raise
                 _check_home(SETTINGS)  # FLOR_HOME itself is wrong: a setting to fix, not a full disk
                 _INERT = True  # training never stops because flor cannot write its store
-                warn(f"cannot record into {SETTINGS.home / (SETTINGS.name or '')} ({exc}); training goes on "
+                warn("FL001", f"cannot record into {SETTINGS.home / (SETTINGS.name or '')} ({exc}); training goes on "
                      "without recording")
     return _SESSION
 

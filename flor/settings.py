@@ -500,7 +500,7 @@ def _from_process() -> Settings:
         raise SystemExit(2) from None
     sys.argv[:] = rest
     for note in settings.notes:
-        print(f"flor: note: {note}", file=sys.stderr)
+        print(f"flor: FL002 {note}", file=sys.stderr)
     return settings
 
 

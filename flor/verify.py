@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection
 
 from ._fmt import listed
+from .findings import code_of
 
 __all__ = ["BlockEvent", "CAUSE_CODE", "CAUSE_NONDET", "CAUSE_NOT_PASSED", "CAUSE_RNG", "CAUSE_THREADS", "Summary",
            "compare_logs"]
@@ -113,6 +114,7 @@ class Summary:
             else "checked nothing" if self.checked_nothing else "verified exact",
             "counts": self.counts(), "shared_logs": self.shared_logs,
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
+            "findings": sorted({c for c in map(code_of, self.notes) if c is not None}),
             "loop": self.loop, "unrestored": self.unrestored, "outside": self.outside,
             "blocks": [e.__dict__ for e in self.events],
         }

@@ -207,7 +207,7 @@ def test_a_damaged_log_file_costs_only_itself(store: Runner, damage_logs) -> Non
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         if note and args[0] != "metrics":  # metrics reads printed output, not log files
-            assert len(lines) == 1 and lines[0].startswith("flor: skipped ") and note in lines[0], (args, lines)
+            assert len(lines) == 1 and lines[0].startswith("flor: FL413 skipped ") and note in lines[0], (args, lines)
         else:
             assert lines == [], (args, lines)
         if args[0] in ("logs", "metrics"):

@@ -215,4 +215,4 @@ def test_a_bad_replay_flag_fails_a_recording_before_it_writes(runner):
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith(f"flor: error: --{args[0][2:]}/FLOR_") and not runner.home.exists()
     proc = runner.run(script, "--epochs", "2", "--flor", "toy", "--flor_threads", "2")
-    assert proc.stderr.splitlines()[0] == "flor: note: --flor_threads applies to replays only; this recording ignores it"
+    assert proc.stderr.splitlines()[0] == "flor: FL002 --flor_threads applies to replays only; this recording ignores it"

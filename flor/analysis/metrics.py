@@ -150,7 +150,7 @@ def _marks(log: Path) -> list[dict]:
     except FileNotFoundError:
         text = ""
     except OSError as exc:
-        warn(f"skipped the epoch marks {exc.strerror if isinstance(exc, StoreFileError) else f'{path}: {exc}'}")
+        warn("FL502", f"skipped the epoch marks {exc.strerror if isinstance(exc, StoreFileError) else f'{path}: {exc}'}")
         text = ""
     if text:
         for line in text.splitlines():
@@ -197,7 +197,7 @@ def printed_lines(log: Path, *, worker: int | None = None) -> Iterator[tuple[str
         data = read_bytes(log, limit=MAX_OUTPUT)  # a regular file, no link followed: never a FIFO or /dev/zero
         mtime = os.path.getmtime(log)
     except StoreFileError as exc:
-        warn(f"skipped {exc.strerror}")
+        warn("FL502", f"skipped {exc.strerror}")
         return
     except OSError:
         return

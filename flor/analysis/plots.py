@@ -145,7 +145,7 @@ def _save(fig: Any, out: Path | None, store: ExperimentStore, run: str, default_
         if out is None:
             raise ConfigError(f"cannot write the plot into {kept.parent} ({reason}): the store cannot be written "
                               "there; give -o FILE.png to write the plot elsewhere") from None
-        warn(f"the plot was written to {out}, but no copy could be kept in {kept.parent} ({reason})")
+        warn("FL501", f"the plot was written to {out}, but no copy could be kept in {kept.parent} ({reason})")
         return written
     written.append(kept)
     return written

@@ -64,7 +64,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         try:
             meta = store.read_run(run)
         except FlorError as exc:  # listed as damaged; the others are still worth listing
-            warn(f"skipped {exc}")
+            warn("FL402", f"skipped {exc}")
             print(f"{run:<30} {'damaged':<22} {'-':<19} {'-':>6} {'-':>5} {'-':>10}")
             continue
         manifests = list(store.manifests(run))
@@ -73,7 +73,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             try:
                 size += int(store.read_manifest(run, block, epoch, occ).get("new_bytes", 0))
             except FlorError as exc:  # listed, not summed: `flor verify` says what is wrong
-                warn(f"run {run}: {exc}")
+                warn("FL402", f"run {run}: {exc}")
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(meta.started or 0))
         print(f"{run:<30} {meta.status_text():<22} {started:<19} {meta.epochs_done:>6} "
               f"{len(manifests):>5} {human_size(size):>10}")

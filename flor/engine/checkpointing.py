@@ -151,7 +151,7 @@ class Checkpointing:
         try:
             return snapshot(module_grads(objs), pool=self.pool)
         except Exception as exc:  # noqa: BLE001 - never stops training
-            self.warn_once(("grads", name), f"the gradients of block {name!r} could not be checkpointed at epoch "
+            self.warn_once("FL102", name, f"the gradients of block {name!r} could not be checkpointed at epoch "
                            f"{epoch} ({exc}); a replay re-executes the block from an earlier checkpoint instead")
             return None
 
@@ -180,5 +180,5 @@ class Checkpointing:
     def _failed(self, name: str, epoch: int | None, exc: BaseException) -> None:
         with self._meta_lock:
             self.meta.checkpoint_failures.append({"block": name, "epoch": epoch, "error": repr(exc)})
-        self.warn_once(("checkpoint",), f"checkpoint of block {name!r} at epoch {epoch} failed ({exc}); training "
+        self.warn_once("FL101", None, f"checkpoint of block {name!r} at epoch {epoch} failed ({exc}); training "
                        "goes on and a replay will re-execute that epoch (run.json lists every failed checkpoint)")

@@ -56,7 +56,7 @@ def _agent_store(env: Mapping[str, str] = os.environ) -> Any:
         return TCPStore(env.get("MASTER_ADDR", "127.0.0.1"), int(env["MASTER_PORT"]), is_master=False,
                         timeout=timedelta(seconds=AGREE_TIMEOUT_S))
     except (RuntimeError, ValueError, ImportError) as exc:
-        warn(f"cannot reach torchrun's store at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')} ({exc})")
+        warn("FL117", f"cannot reach torchrun's store at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')} ({exc})")
         return None
 
 
@@ -71,7 +71,7 @@ def _agree(key: str, mine: str | None, rank: int) -> str | None:
         try:
             return store.get(full).decode() or None
         except RuntimeError as exc:  # the store's timeout
-            warn(f"rank {rank} waited {AGREE_TIMEOUT_S:.0f}s for rank 0 to start recording ({exc})")
+            warn("FL118", f"rank {rank} waited {AGREE_TIMEOUT_S:.0f}s for rank 0 to start recording ({exc})")
             return None
     if _group_size() is not None:
         box = [mine]
@@ -185,7 +185,7 @@ class RankLink:
                 found.append({"block": block, "epoch": epoch, "ranks": differ, "arguments": args})
             if block not in self._warned:
                 self._warned.add(block)
-                warn(f"the state of block {block!r} at epoch {epoch} differs between rank 0 and rank(s) "
+                warn("FL119", f"the state of block {block!r} at epoch {epoch} differs between rank 0 and rank(s) "
                      f"{differ} in end() argument(s) {what} (by fingerprint): replay restores rank 0's state, "
                      "so values only the other ranks computed are not reproducible. Unsynchronized BatchNorm "
                      "statistics or rank-dependent seeds do this; see run.json's rank_mismatches")
@@ -223,7 +223,7 @@ class RankSession(Session):
         self.run = self.link.agree_run(None)
         self.logs: LogWriter | None = None
         if self.run is None:  # training goes on; this rank's logs are not kept, its checks still line up
-            warn(f"rank {rank} of {world} cannot learn the run id from rank 0, so its logs are not kept: "
+            warn("FL120", f"rank {rank} of {world} cannot learn the run id from rank 0, so its logs are not kept: "
                  "launch with torchrun, or call torch.distributed.init_process_group before the first flor call")
         else:
             self.run_dir = self.store.run_path(self.run)

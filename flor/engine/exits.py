@@ -80,10 +80,10 @@ class ExitWatch:
 
     def install(self) -> None:
         """Wrap ``sys.exit`` and the ``exit``/``quit`` builtins (absent under ``python -S``)."""
-        self._wrap(sys, "exit", lambda original: _Exit(original, self.note))
+        self._wrap(sys, "exit", lambda original: _Exit(original, self.keep))
         for name in ("exit", "quit"):
             if callable(getattr(builtins, name, None)):
-                self._wrap(builtins, name, lambda original: _Exit(original, self.note))
+                self._wrap(builtins, name, lambda original: _Exit(original, self.keep))
 
     def _wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         original = getattr(owner, name)
@@ -99,7 +99,7 @@ class ExitWatch:
                 setattr(owner, name, original)
         self.wrapped = []
 
-    def note(self, code: Any) -> None:
+    def keep(self, code: Any) -> None:
         if os.getpid() == self.pid and threading.current_thread() is threading.main_thread():
             self.code = code  # a SystemExit elsewhere ends a thread or a forked child, not this run
 
@@ -110,7 +110,7 @@ class ExitWatch:
         except Exception:  # noqa: BLE001 - only a status to note; the exit goes on
             return
         if found is not None:
-            self.note(found.code)
+            self.keep(found.code)
 
     def outcome(self) -> tuple[str, int, str | None] | None:
         """``classify`` of the ``SystemExit`` that ended the script; None when it was not one

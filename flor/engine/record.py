@@ -186,14 +186,14 @@ class RecordSession(Checkpointing, Session):
             self.events(records)
 
         self.writer.submit(job, 0, lambda exc: self.warn_once(
-            ("tensorboard",), f"writing TensorBoard events failed ({exc}); the logs are intact"))
+            "FL105", None, f"writing TensorBoard events failed ({exc}); the logs are intact"))
 
     # -- the loop ----------------------------------------------------------------------
 
     def iterate(self, iterable: Any) -> Iterator[Any]:
         self.begin_loop()
         if self.loop_wrapper is not None:
-            self.warn_once(("wrapper",), wrapper_advice(self.loop_wrapper))
+            self.warn_once("FL209", None, wrapper_advice(self.loop_wrapper))
         try:
             self.meta.epochs_planned = len(iterable)
         except TypeError:
@@ -346,7 +346,7 @@ class RecordSession(Checkpointing, Session):
         with self._meta_lock:
             self.meta.checkpoint_skipped.append({"epoch": epoch, "block": name, "reason": reason})
         if reason == "writer behind":
-            self.warn_once(("writer behind",), (
+            self.warn_once("FL103", None, (
                 f"the background writer is behind ({self.writer.pending_bytes / 2**20:.0f} MiB of checkpoints queued, "
                 f"the limit is {self.writer.budget / 2**20:.0f} MiB, FLOR_WRITER_MEMORY): checkpoint of block {name!r} "
                 f"at epoch {epoch} skipped rather than making training wait; replay re-executes such epochs "
@@ -383,13 +383,13 @@ class RecordSession(Checkpointing, Session):
             for block, epoch in left:  # abandoned whole: their manifests are never written
                 self._skipped(block, epoch, "exit flush timed out")
             if left:
-                print(f"flor: abandoned {len(left)} checkpoint(s) still being written "
+                print(f"flor: FL114 abandoned {len(left)} checkpoint(s) still being written "
                       f"{self.settings.flush_timeout:g} s after the run ended (FLOR_FLUSH_TIMEOUT); "
                       "a replay re-executes those epochs (run.json: checkpoint_skipped)", file=sys.stderr)
             try:
                 self.events.close()
             except OSError as exc:  # events a full disk refused are still buffered and fail again here
-                self.warn_once(("tensorboard",), f"writing TensorBoard events failed ({exc}); the logs are intact")
+                self.warn_once("FL105", None, f"writing TensorBoard events failed ({exc}); the logs are intact")
         except Exception:  # noqa: BLE001 - report, then still write the final status
             traceback.print_exc()
         self.meta.metrics = self.tracker.summary()
@@ -400,7 +400,8 @@ class RecordSession(Checkpointing, Session):
             failed = frozenset(f.get("epoch") for f in self.meta.checkpoint_failures) | {e for _, e in left}
             line = f"flor: {self.policy.summary(training_s, failed)}"
             if self.policy.skipped:
-                line += "; a replay re-executes the others from the nearest checkpoint"
+                line = f"flor: FL121 {self.policy.summary(training_s, failed)}; a replay re-executes the others from " \
+                       "the nearest checkpoint"
         else:
             line = ""
         self.meta.status = {None: "finished", "interrupted": "interrupted",
@@ -418,7 +419,7 @@ class RecordSession(Checkpointing, Session):
         failed = sum(1 for f in self.meta.checkpoint_failures if not str(f.get("error", "")).startswith(LEFT_OPEN))
         if failed or self.write_failures:
             counts = ", ".join(f"{kind} {n}" for kind, n in sorted(self.write_failures.items()))
-            print(f"flor: {failed} checkpoint(s) failed" + (f" and writes failed ({counts})" if counts else "")
+            print(f"flor: FL115 {failed} checkpoint(s) failed" + (f" and writes failed ({counts})" if counts else "")
                   + "; training was not affected, a replay re-executes the epochs without a checkpoint"
                   + " (run.json: checkpoint_failures, write_failures)", file=sys.stderr)
         try:
@@ -428,7 +429,7 @@ class RecordSession(Checkpointing, Session):
             self.release_reserved()
         if not written:  # what a replay and `flor ls` will read is the last run.json that was written
             last = self.meta_written
-            print("flor: the final run.json could not be written, so the run's end, checkpoint_failures and "
+            print("flor: FL116 the final run.json could not be written, so the run's end, checkpoint_failures and "
                   "write_failures are not recorded: " + (
                       f"the last one written says {last[0]!r} with {last[1]} epoch(s) done, and a replay covers "
                       "only those" if last else "none was ever written, so `flor ls` and replay cannot see this run")

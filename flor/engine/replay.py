@@ -95,7 +95,7 @@ class ReplaySession(Session):
         self.outside = OutsideChanges()  # what code between a block's end() and its next step_into changed
         self.sites: dict[str, Any] = {}  # block -> where it is entered (flor.watch.names), until first restored
         if picked:
-            self.note(picked)
+            self.note("FL301", picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
         self.io = {"load_s": 0.0, "restore_s": 0.0, "restore_bytes": 0}  # for the benchmarks
         self._prefetched: dict[tuple, Any] = {}
@@ -114,28 +114,30 @@ class ReplaySession(Session):
         status = self.meta.status
         self.recording_alive = status == "running" and bool(self.meta.pid) and pid_alive(int(self.meta.pid or 0))
         if status == "running" and not self.recording_alive:  # (a live one: noted with its epochs by loop_plan)
-            self.note("the recording did not finish (its process is gone: killed or crashed); "
+            self.note("FL302", "the recording did not finish (its process is gone: killed or crashed); "
                       "epochs without checkpoints are re-executed")
         elif status not in ("running", "finished"):
-            self.note(f"the recording ended as {status!r}; epochs without checkpoints are re-executed")
+            self.note("FL303", f"the recording ended as {status!r}; epochs without checkpoints are re-executed")
         recorded_threads = self.meta.threads  # range-checked: a damaged value never reaches torch
         if earlier is not None:
-            self.note(f"worker {self.pid} of replay {self.replay_id} ran before; its earlier output is in {earlier}")
+            self.note("FL304", f"worker {self.pid} of replay {self.replay_id} ran before; its earlier output is in {earlier}")
         if settings.threads is not None:  # asked for: faster with many workers on one machine, not bit-exact
             if settings.threads != recorded_threads:
-                self.note(f"using {settings.threads} torch threads (--flor_threads), not the recorded "
+                self.note("FL305", f"using {settings.threads} torch threads (--flor_threads), not the recorded "
                           f"{recorded_threads}: values may differ from the recording in the last bits")
             torch.set_num_threads(settings.threads)
         elif recorded_threads and torch.get_num_threads() != recorded_threads:
-            self.note(f"using {recorded_threads} torch threads as recorded (this process had "
+            self.note("FL306", f"using {recorded_threads} torch threads as recorded (this process had "
                       f"{torch.get_num_threads()}), so that results are bit-identical")
             torch.set_num_threads(int(recorded_threads))
         self._compare_script()
         self.summary = Summary(header="")
         self._install_hooks()
 
-    def note(self, text: str) -> None:
-        """Say ``text`` now, once; the summary file keeps it, the printed summary does not repeat it."""
+    def note(self, code: str, text: str) -> None:
+        """Say finding ``code`` with ``text`` now, once; the summary file keeps it (``FL309 text``), the
+        printed summary does not repeat it."""
+        text = f"{code} {text}"
         if text in self.notes:
             return
         self.notes.append(text)
@@ -153,12 +155,12 @@ class ReplaySession(Session):
                 try:
                     data = read_bytes(copy)  # a regular file, capped, no link followed
                 except OSError as exc:
-                    self.note(f"the recording's copy of the script cannot be read ({exc.strerror or exc}); the "
+                    self.note("FL307", f"the recording's copy of the script cannot be read ({exc.strerror or exc}); the "
                               "script's changes since the recording are not checked")
                     data = None
                 if data is not None and self.meta.script_sha256 and \
                         hashlib.sha256(data).hexdigest() != self.meta.script_sha256:
-                    self.note(f"the recording's copy of the script ({copy}) is not the script run.json names "
+                    self.note("FL307", f"the recording's copy of the script ({copy}) is not the script run.json names "
                               "(its sha256 differs: damaged, or cut short by a full disk); the script's changes "
                               "since the recording are not checked")
                     data = None
@@ -166,12 +168,12 @@ class ReplaySession(Session):
                 new = current.read_text(errors="replace")
                 if old is not None and non_logging_changes(old, new):
                     self.code_changed = True
-                    self.note("the script changed by more than logging since the recording "
+                    self.note("FL309", "the script changed by more than logging since the recording "
                               f"(compare with {copy}); replayed values may differ from the recording")
         rec_args = list(self.meta.argv)[1:]
         now_args = redact_argv(list(sys.argv))[1:]
         if rec_args != now_args:
-            self.note(f"the script's arguments differ from the recording: recorded {rec_args}, now {now_args}")
+            self.note("FL310", f"the script's arguments differ from the recording: recorded {rec_args}, now {now_args}")
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -203,11 +205,11 @@ class ReplaySession(Session):
         if length is not None:
             epochs = min(epochs, length)
         if self.recording_alive:
-            self.note(f"the recording is still running: replaying the {epochs} epochs it has finished")
+            self.note("FL311", f"the recording is still running: replaying the {epochs} epochs it has finished")
         elif self.meta.status == "running":
-            self.note(f"the recording ended after {epochs} epochs (its process is gone); replaying those")
+            self.note("FL311", f"the recording ended after {epochs} epochs (its process is gone); replaying those")
         elif self.meta.stopped_early or (planned is None and self.meta.status != "finished"):
-            self.note(f"the recording ran {self.meta.epochs_text()} epochs; replaying epochs 0-{epochs - 1}"
+            self.note("FL312", f"the recording ran {self.meta.epochs_text()} epochs; replaying epochs 0-{epochs - 1}"
                       if epochs else f"the recording ran {self.meta.epochs_text()} epochs; there is nothing to replay")
         restorable = {e for e in range(epochs) if self.restorable(e)}
         within = select(epochs, self.settings.epoch_range) if self.settings.epoch_range else None
@@ -219,7 +221,7 @@ class ReplaySession(Session):
             restorable = {e for e in range(epochs) if self.restorable(e)}
             plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
         for text in check_replay_world(self.ngpus, self.meta, plan, restorable):
-            self.note(text)
+            self.note("FL313", text)
         self.plan = plan
         if self.store.blobs.remote is not None:  # fetch the coming epochs' blobs from S3 ahead of need
             from ..store.sync import prefetch_plan
@@ -250,12 +252,12 @@ class ReplaySession(Session):
                     if self.settings.strict:
                         raise CheckpointError(f"{exc} (--flor_strict: a replay does not go on without it)") from exc
                     self.available.discard(key)
-                    self.note(f"{exc}; replay re-executes that epoch from the nearest earlier checkpoint")
+                    self.note("FL315", f"{exc}; replay re-executes that epoch from the nearest earlier checkpoint")
                     dropped = True
                 else:
                     if name in self.meta.grads_carried and "grads" not in manifest:
                         self.available.discard(key)
-                        self.note(f"block {name!r} adds to the gradients its previous run left (run.json: "
+                        self.note("FL316", f"block {name!r} adds to the gradients its previous run left (run.json: "
                                   f"grads_carried) and its checkpoint at epoch {epoch} holds none (taken before flor "
                                   "noticed, or its gradients could not be stored): replay re-executes that epoch from the nearest earlier checkpoint")
                         dropped = True
@@ -282,7 +284,7 @@ class ReplaySession(Session):
         self.begin_loop()
         plan = self.loop_plan(iterable)
         if self.loop_wrapper is not None and not (plan.first > 0 and self.loop_wrapper in WRONG_MID_RUN):
-            self.note(wrapper_advice(self.loop_wrapper))
+            self.note("FL209", wrapper_advice(self.loop_wrapper))
         try:
             seen = 0
             for epoch, item in enumerate(iterable):
@@ -316,7 +318,7 @@ class ReplaySession(Session):
                 self.logs.flush()
             else:
                 if seen < plan.stop:
-                    self.note(f"the loop ended after {seen} epochs, before the planned {plan.stop}")
+                    self.note("FL318", f"the loop ended after {seen} epochs, before the planned {plan.stop}")
         finally:
             self.mark("after")
             self.end_loop()
@@ -332,7 +334,7 @@ class ReplaySession(Session):
         try:
             rec = read_outer_state(self.layout.outer_state, after)
             if rec is None:
-                self.note(f"the recording has no outer-loop state for epoch {after} (recorded by an older flor, or "
+                self.note("FL319", f"the recording has no outer-loop state for epoch {after} (recorded by an older flor, or "
                           "its write failed): variables of the loop outside end() start as the script sets them "
                           "before the loop; replay with --flor_strong if they matter")
                 return
@@ -348,10 +350,10 @@ class ReplaySession(Session):
             missing += loop.restore(values)
             self.outer_restored = sorted(set(values) - set(missing))
             if self.outer_restored:
-                self.note(f"outer-loop variables restored as recorded at the end of epoch {after}: "
+                self.note("FL320", f"outer-loop variables restored as recorded at the end of epoch {after}: "
                           f"{listed(self.outer_restored, 12)}")
             if own:
-                self.note(f"outer-loop variables the recording's loop had not changed by epoch {after}, left as "
+                self.note("FL320", f"outer-loop variables the recording's loop had not changed by epoch {after}, left as "
                           f"this worker set them before the loop: {listed(sorted(own), 12)}")
         finally:
             loop.close()
@@ -362,7 +364,7 @@ class ReplaySession(Session):
                     "pass them to SkipBlock.end(), or replay with --flor_strong")
             if self.settings.strict:
                 raise ReplayError(text + " (--flor_strict)")
-            self.note(text)
+            self.note("FL322", text)
             self._unrestored(missing)
 
     # -- blocks ------------------------------------------------------------------------
@@ -412,7 +414,7 @@ class ReplaySession(Session):
                         f"the checkpoint of {name!r} at epoch {epoch} cannot be read ({exc}); replay "
                         "with --flor_strong to rebuild this worker's state from epoch 0"
                     ) from exc
-                self.note(f"checkpoint of {name!r} at epoch {epoch} is unusable ({exc}); re-executing it")
+                self.note("FL315", f"checkpoint of {name!r} at epoch {epoch} is unusable ({exc}); re-executing it")
                 action, manifest, cache = "execute", None, None
             self.io["load_s"] += time.perf_counter() - t0
         self.pending = (action, manifest, cache)
@@ -434,7 +436,7 @@ class ReplaySession(Session):
             restore_rng(self._recorded_rng(manifest, "rng_start"))
             if not self._rng_noted:
                 self._rng_noted = True
-                self.note(f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
+                self.note("FL324", f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
                           "differed from the recording (is that generator seeded?); flor set it as recorded")
 
     def _rng_start_differs(self, manifest: dict) -> list[str]:
@@ -457,7 +459,7 @@ class ReplaySession(Session):
         differs = self._rng_start_differs(manifest)
         if differs:
             self._outside_noted = True
-            self.note(f"code outside the blocks drew from the {', '.join(differs)} random generator before "
+            self.note("FL325", f"code outside the blocks drew from the {', '.join(differs)} random generator before "
                       f"{name!r} at epoch {epoch} where the recording did not (a hindsight line that samples?); "
                       "restoring the block set the recorded state, so later values are the recording's "
                       "training, not a full run of this script's; to leave training's randomness alone, "
@@ -560,10 +562,10 @@ class ReplaySession(Session):
             self._block_vars_noted.add(name)
             done = sorted(named - set(missing))
             if done:
-                self.note(f"variables block {name!r} changes outside end() are set as recorded where it is "
+                self.note("FL326", f"variables block {name!r} changes outside end() are set as recorded where it is "
                           f"restored: {listed(done, 12)}")
             if missing:
-                self.note(f"variables block {name!r} changes outside end() that could not be set where it is "
+                self.note("FL326", f"variables block {name!r} changes outside end() that could not be set where it is "
                           f"restored: {listed(sorted(missing), 12)}; pass them to SkipBlock.end")
                 self._unrestored(missing)
 
@@ -583,7 +585,7 @@ class ReplaySession(Session):
         new = [path for path, ops in changed.items() if recorded.get(path) != ops]
         if new:
             self.summary.outside = new
-            self.note(f"code outside the blocks changed {listed(new, 4)} in place before {name!r} at epoch {epoch}, "
+            self.note("FL328", f"code outside the blocks changed {listed(new, 4)} in place before {name!r} at epoch {epoch}, "
                       "where the recorded script did not (a hindsight line that runs the model in training mode "
                       "updates BatchNorm statistics; one that steps an optimizer changes the weights): a full run of "
                       "this script trains on from there, while this replay restores or re-executes the recorded "
@@ -621,8 +623,10 @@ class ReplaySession(Session):
                          for part in (found["vars"], found["globals"]) for var in part}  # set as recorded instead
                 stale = [var for var in stale if var not in noted]
                 forgotten = forgotten_in_replay(name, objs)
-                for text in [note for _, note in forgotten] + stale_note(name, stale):
-                    self.note(text)
+                for _, text in forgotten:
+                    self.note("FL201", text)
+                for text in stale_note(name, stale):
+                    self.note("FL204", text)
                 self._unrestored([var for var, _ in forgotten] + stale)
         elif manifest is None:
             event.action = "executed (no checkpoint)"
@@ -698,14 +702,14 @@ class ReplaySession(Session):
         if unwritten or self.logs.lost:
             tag = {"run": self.run, "source": "replay", "replay": self.replay_id, "worker": self.pid}
             mine = occurrence_keys([{**r, **tag} for r in mine] + [{**r, **tag} for r in unwritten])
-            self.note(f"{len(unwritten) + self.logs.lost} of this worker's logged values could not be written "
+            self.note("FL330", f"{len(unwritten) + self.logs.lost} of this worker's logged values could not be written "
                       f"to {self.logs.path}: they are checked below but not stored; free the disk or make the "
                       "store writable and replay again to keep them")
         try:
             write_replay_events(self.layout.tb_replay(self.replay_id), self.pid, mine, recorded,
                                 int(self.meta.epochs_done or 0))
         except OSError as exc:
-            print(f"flor: could not write TensorBoard events: {exc}", file=sys.stderr)
+            print(f"flor: FL331 could not write TensorBoard events: {exc}", file=sys.stderr)
         s = self.summary
         if not s.header:
             s.header = f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker {self.pid}/{self.ngpus}"
@@ -731,7 +735,7 @@ class ReplaySession(Session):
                 "lenient": self.settings.lenient, "script_sha256": _script_sha256(),  # the script the values came from
             }, indent=1, default=str).encode(), durable=False)
         except (OSError, StorageError) as exc:
-            print(f"flor: could not write {self.summary_path}: {exc}", file=sys.stderr)
+            print(f"flor: FL331 could not write {self.summary_path}: {exc}", file=sys.stderr)
         report = s.render(shown=self.notes)  # the notes were printed as they came
         print(report, file=sys.stderr)
         sys.stderr.flush()

@@ -146,7 +146,7 @@ class Session:
         first time: the run goes on without it; run.json lists the counts."""
         with self._warned_lock:
             self.write_failures[kind] = self.write_failures.get(kind, 0) + 1
-        self.warn_once(("write", kind), f"writing {kind} failed ({exc}); training goes on, and run.json "
+        self.warn_once("FL104", kind, f"writing {kind} failed ({exc}); training goes on, and run.json "
                                         "counts the failed writes (write_failures)")
 
     def mark(self, kind: str, epoch: int | None = None, **extra: Any) -> None:
@@ -237,7 +237,7 @@ class Session:
         self.open = None
         name, epoch, _ = key
         at = "outside the loop" if epoch is None else f"at epoch {epoch}"
-        self.warn_once(("left open", name), (
+        self.warn_once("FL106", name, (
             f"SkipBlock {name!r} {at} was still open {when}: an exception (or `continue`) skipped its "
             "SkipBlock.end, or blocks were nested (they cannot be). flor closed it without a checkpoint; "
             "a replay re-executes that epoch"))
@@ -274,35 +274,35 @@ class Session:
                 self.write_log(name, value, step)  # what to_scalar and to_step would keep as it is
                 return
             if type(name) is not str:
-                self.warn_once(("log-name", type(name).__name__),
+                self.warn_once("FL107", type(name).__name__,
                                f"flor.log got a {type(name).__name__} as its name ({name!r:.40}); names are "
                                "strings (value not recorded)")
                 return
             scalar = to_scalar(value)
             if scalar is NOT_SCALAR:
-                self.warn_once(("log", name, type(value).__name__),
+                self.warn_once("FL108", (name, type(value).__name__),
                                f"flor.log({name!r}, ...) got a {type(value).__name__}, not a scalar; log numbers, "
                                "bools, strings or one-element tensors (value not recorded)")
                 return
             whole = to_step(step)
             if whole is NOT_SCALAR:
-                self.warn_once(("step", name, type(step).__name__),
+                self.warn_once("FL109", (name, type(step).__name__),
                                f"flor.log({name!r}, ..., step=...) got the step {step!r:.40} ({type(step).__name__}); "
                                "a step is a whole number (int, NumPy or one-element tensor integer, or a whole "
                                "float) or None (value not recorded)")
                 return
             self.write_log(name, scalar, whole)
         except Exception as exc:  # noqa: BLE001 - flor.log never raises on the training thread
-            self.warn_once(("log-failed", name if isinstance(name, str) else None),
+            self.warn_once("FL110", name if isinstance(name, str) else None,
                            f"flor.log({name!r:.40}, ...) failed ({exc!r}); value not recorded")
 
-    def warn_once(self, kind: Any, message: str) -> bool:
-        """Warn about ``kind`` the first time only; True if this call warned."""
+    def warn_once(self, code: str, subject: Any, message: str) -> bool:
+        """Warn with finding ``code`` about ``subject`` the first time only; True if this call warned."""
         with self._warned_lock:
-            if kind in self._warned:
+            if (code, subject) in self._warned:
                 return False
-            self._warned.add(kind)
-        warn(message)
+            self._warned.add((code, subject))
+        warn(code, message)
         return True
 
     def write_log(self, name: str, value: Any, step: Any) -> None:

@@ -343,7 +343,7 @@ class Launch:
         self._emit(self.err, f"flor: replay {self.replay_id} of {self.store.name} run {self.run}: {what}, "
                              f"{self.workers} workers{tail}\n")
         for note in self._placement_notes():
-            self._emit(self.err, f"flor: {note}\n")
+            self._emit(self.err, f"flor: FL503 {note}\n")
         for s in pending:  # an earlier attempt's files go first, so its marks are not read as progress
             retire_worker_files(self.run_dir, self.replay_id, s.index)
         for s in pending:

@@ -98,7 +98,7 @@ def _read(path: Path, problem: Any, what: str) -> dict | None:
     try:
         obj = json.loads(read_text(path))  # a regular file, capped, no link followed
     except StoreFileError as exc:
-        warn(f"skipped {exc.strerror}")
+        warn("FL502", f"skipped {exc.strerror}")
         return None
     except (OSError, ValueError, RecursionError):
         return None  # missing, or torn by a crash while it was written: as if absent
@@ -107,7 +107,7 @@ def _read(path: Path, problem: Any, what: str) -> dict | None:
         if path in _WARNED:  # read again (the estimate, then the launch): said once
             return None
         _WARNED.add(path)
-        warn(f"skipped {what} {path}: {why}; the file is damaged or planted, move it out of the run's logs/ folder")
+        warn("FL502", f"skipped {what} {path}: {why}; the file is damaged or planted, move it out of the run's logs/ folder")
         return None
     return obj
 

@@ -226,7 +226,7 @@ class LogWriter:
                 if self.on_error is not None:
                     self.on_error(exc, fresh)
                 elif not self._failed:
-                    warn(f"writing the logs to {self.path} failed ({exc}); the run goes on, and the values "
+                    warn("FL113", f"writing the logs to {self.path} failed ({exc}); the run goes on, and the values "
                          "are written when the disk allows")
                 self._failed = True
                 return
@@ -294,10 +294,10 @@ def read_jsonl(path: Path) -> Iterable[dict]:
     try:
         fh = read_lines(path)  # a regular file, no link followed: never a FIFO that blocks
     except StoreFileError as exc:
-        warnings.warn(f"flor: skipped {exc.strerror}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"flor: FL413 skipped {exc.strerror}", RuntimeWarning, stacklevel=2)
         return
     except OSError as exc:
-        warnings.warn(f"flor: skipped {path}: {exc.strerror or exc}; move it out of the run's logs/ folder",
+        warnings.warn(f"flor: FL413 skipped {path}: {exc.strerror or exc}; move it out of the run's logs/ folder",
                       RuntimeWarning, stacklevel=2)
         return
     with fh:
@@ -312,7 +312,7 @@ def read_jsonl(path: Path) -> Iterable[dict]:
                 continue
             yield rec
     if damaged - (1 if torn else 0) > 0:
-        warnings.warn(f"flor: skipped {damaged - (1 if torn else 0)} damaged line(s) of {path}",
+        warnings.warn(f"flor: FL413 skipped {damaged - (1 if torn else 0)} damaged line(s) of {path}",
                       RuntimeWarning, stacklevel=2)
 
 

@@ -108,7 +108,7 @@ class _Encoder:
         cls = _qualname(obj)
         if self.copy and cls not in _PICKLED_TYPES:  # recording: say it once per type
             _PICKLED_TYPES.add(cls)
-            warn(f"{path or 'a value'} is a {cls}, which flor can store only with pickle; a replay loads it "
+            warn("FL111", f"{path or 'a value'} is a {cls}, which flor can store only with pickle; a replay loads it "
                  "only from a checkpoint signed with your own key (made in flor's config folder, see "
                  "FLOR_CONFIG_DIR) or with --flor_trust_pickles. Pass end() plain values or objects with "
                  "state_dict() to avoid pickle")

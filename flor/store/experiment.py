@@ -137,7 +137,7 @@ class ExperimentStore:
             if not is_run_id(p.name):
                 continue
             if p.is_symlink() and not contained(p, self.root):
-                warn(f"skipped run folder {p}: it leads out of the store {self.root} through a symbolic link "
+                warn("FL401", f"skipped run folder {p}: it leads out of the store {self.root} through a symbolic link "
                      f"(to {os.path.realpath(p)}); remove the link (`flor verify {self.name}` lists such problems)")
                 continue
             if os.path.lexists(p / "run.json"):  # one that is not a file (a FIFO, a link) is reported by its readers
@@ -230,7 +230,7 @@ class ExperimentStore:
             try:
                 self.read_run(run)
             except StorageError as exc:
-                warn(f"skipped {exc}")
+                warn("FL402", f"skipped {exc}")
             else:
                 out.append(run)
         return out

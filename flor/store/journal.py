@@ -39,7 +39,7 @@ class SpoolJournal:
         except FileNotFoundError:
             text = ""
         except OSError as exc:  # a FIFO, a link, a huge file put in its place: start a fresh record of uploads
-            warn(f"ignoring the spool journal {exc.strerror if isinstance(exc, StoreFileError) else exc}; "
+            warn("FL411", f"ignoring the spool journal {exc.strerror if isinstance(exc, StoreFileError) else exc}; "
                  "what it listed is checked in the bucket again")
             text = ""
         if text:

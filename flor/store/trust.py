@@ -90,7 +90,7 @@ def signer(config_dir: Path):
         try:
             key = load_key(config_dir, create=True)
         except (OSError, ConfigError) as exc:  # a recording goes on unsigned: its replay then needs the opt-in
-            warn(f"cannot sign checkpoints with a key in {config_dir} ({exc}); a replay will load their pickled "
+            warn("FL112", f"cannot sign checkpoints with a key in {config_dir} ({exc}); a replay will load their pickled "
                  "leaves only with --flor_trust_pickles")
             return None
         assert key is not None  # create=True makes one or raises
@@ -135,7 +135,7 @@ def remember_spool(config_dir: Path, url: str) -> None:
         with os.fdopen(open_append(path, 0o600), "a", encoding="utf-8") as fh:
             fh.write(url + "\n")
     except (OSError, ValueError) as exc:
-        warn(f"cannot note the spool {url} in {path} ({exc}); a replay fetches this run's evicted blobs "
+        warn("FL412", f"cannot note the spool {url} in {path} ({exc}); a replay fetches this run's evicted blobs "
              f"only with FLOR_SPOOL={url}")
 
 

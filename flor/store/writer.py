@@ -215,7 +215,7 @@ class BackgroundWriter:
                 try:
                     on_error(exc)
                 except Exception as inner:  # noqa: BLE001 - keep the worker alive whatever happens
-                    warnings.warn(f"flor: background error handler failed: {inner}", stacklevel=1)
+                    warnings.warn(f"flor: FL414 background error handler failed: {inner}", stacklevel=1)
             finally:
                 with self._cond:
                     self._running, self._committing = None, False

@@ -128,7 +128,7 @@ def warn_module_attrs(name: str, watched: dict[tuple[int, str], tuple[object, in
         for (root, key), before in watched.items():
             if root in given and (root, key) in now and now[(root, key)] != before and before[1:] not in named:
                 named.add(before[1:])
-                warn(f"SkipBlock.end({name!r}): the block changed `{key}`, a plain attribute of a module given to "
+                warn("FL206", f"SkipBlock.end({name!r}): the block changed `{key}`, a plain attribute of a module given to "
                      "end(): a module is checkpointed through its state_dict, which does not hold it, so a replay "
                      f"that restores {name!r} leaves `{key}` as it was; keep it in a buffer "
                      "(module.register_buffer) or pass end() an object that holds it")

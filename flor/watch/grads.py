@@ -68,7 +68,7 @@ class CarriedGrad:
             return False
         self.carried = False
         try:
-            warn(f"SkipBlock {self.name!r} added to the gradients its previous run left (no zero_grad before its "
+            warn("FL208", f"SkipBlock {self.name!r} added to the gradients its previous run left (no zero_grad before its "
                  "first backward, or an accumulation window that spans the end of an epoch): its checkpoints now "
                  "keep p.grad too, so a replay restores them; the checkpoint of its first run has none, and a "
                  "replay re-executes that run. If the carry-over is not intended, call optimizer.zero_grad() at "

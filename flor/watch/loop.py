@@ -214,7 +214,7 @@ class OuterStateWriter:
             self.failed = str(exc)
             from ..errors import warn
 
-            warn(f"writing {self.what} to {self.path} failed ({exc}); a replay will name the variables "
+            warn("FL210", f"writing {self.what} to {self.path} failed ({exc}); a replay will name the variables "
                  "it cannot restore")
 
     def close(self) -> None:
@@ -234,7 +234,7 @@ def read_outer_state(path: Path, epoch: int) -> dict[str, Any] | None:
     except StoreFileError as exc:  # a FIFO, a link, a huge file in its place: as if nothing was noted
         from ..errors import warn
 
-        warn(f"ignoring {exc.strerror}")
+        warn("FL413", f"ignoring {exc.strerror}")
         return None
     except OSError:
         return None

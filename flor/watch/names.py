@@ -55,12 +55,12 @@ def warn_bindings(name: str, stale: list[str], unbound: list[str]) -> None:
 
     try:
         for var in stale:
-            warn(f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() "
+            warn("FL204", f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() "
                  f"reads: a replay that restores {name!r} skips the block, so `{var}` keeps the value it had before "
                  f"it (or is not defined); bind it before the loop (`{var} = None`) and pass it: "
                  f"`..., {var} = flor.SkipBlock.end(..., {var})`")
         for var in unbound:
-            warn(f"SkipBlock.end({name!r}) is given `{var}`, which was not bound when the block was first entered: a "
+            warn("FL205", f"SkipBlock.end({name!r}) is given `{var}`, which was not bound when the block was first entered: a "
                  f"replay that restores that run skips the block, and `{var}` is not defined when end() is called "
                  f"(NameError); bind it before the loop ({var} = None)")
     except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training

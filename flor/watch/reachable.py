@@ -83,7 +83,7 @@ def warn_forgotten(name: str, objs: tuple) -> None:
 
     try:
         for var, kind, why in forgotten(objs, frame_variables(caller_frame())):
-            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({article(kind)}, {why}): its state is not "
+            warn("FL201", f"SkipBlock.end({name!r}) was not given `{var}` ({article(kind)}, {why}): its state is not "
                  f"checkpointed, so a replay that restores {name!r} starts it fresh and its values diverge; "
                  f"pass it to SkipBlock.end(..., {var})")
     except Exception:  # noqa: BLE001 - advice that cannot be given (even under -W error) must not stop training
@@ -257,7 +257,7 @@ def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
         for var, gen, after in drawn:
             if _fingerprint(gen) != after:
                 continue
-            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({article(describe(gen))}, a random generator the "
+            warn("FL202", f"SkipBlock.end({name!r}) was not given `{var}` ({article(describe(gen))}, a random generator the "
                  f"block drew from): flor checkpoints the generators given to end() and the global ones (Python's, "
                  f"NumPy's, torch's) only, so a replay that restores {name!r} leaves `{var}` where it was and later "
                  "epochs draw other numbers than the recording did (a DataLoader's shuffling order, random crops); "
@@ -312,7 +312,7 @@ def warn_containers(name: str, grown: list[tuple[str, str, int, int]]) -> None:
 
     try:
         for var, kind, before, after in grown:
-            warn(f"SkipBlock.end({name!r}) was not given `{var}` ({article(kind)} the block changed from {before} to "
+            warn("FL203", f"SkipBlock.end({name!r}) was not given `{var}` ({article(kind)} the block changed from {before} to "
                  f"{after} items): flor checkpoints only what end() is given, so a replay that restores {name!r} "
                  f"leaves `{var}` as it was and values read from it after the block differ from the recording's; "
                  f"pass it to SkipBlock.end(..., {var})")

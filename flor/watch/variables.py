@@ -167,7 +167,7 @@ def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, 
     except StoreFileError as exc:
         from ..errors import warn
 
-        warn(f"ignoring {exc.strerror}")
+        warn("FL413", f"ignoring {exc.strerror}")
         return {}
     except OSError:
         return {}
@@ -222,7 +222,7 @@ def warn_unnoted(name: str, epoch: int | None, lost: list[tuple[str, str]]) -> N
                          f"most {BLOCK_MAX_ITEMS} items{where}")
             else:
                 first = f"SkipBlock {name!r} bound `{var}` outside end(){where} to state that is not plain data"
-            warn(f"{first}: a replay that restores {name!r} leaves `{var}` as it was, so values read from it after "
+            warn("FL207", f"{first}: a replay that restores {name!r} leaves `{var}` as it was, so values read from it after "
                  f"the block differ from the recording's; pass it to SkipBlock.end(..., {var}) and use what end() "
                  "returns")
     except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training

@@ -164,13 +164,13 @@ class LazyRemote:
             if not self.trusted:
                 if not self._refused:
                     self._refused = True
-                    self.say(f"blobs of this run are not local (evicted?) and the store names the spool "
+                    self.say(f"FL406 blobs of this run are not local (evicted?) and the store names the spool "
                              f"{self.url!r} for them, which you never recorded or spooled to: not fetched from it, "
                              f"so as not to send your credentials to a bucket the store names; if it is yours, "
                              f"replay with FLOR_SPOOL={self.url}")
                 return
             if self._fetcher is None:
-                self.say(f"blobs of this run are not local (evicted?); fetching them from {self.url}, where it was spooled")
+                self.say(f"FL407 blobs of this run are not local (evicted?); fetching them from {self.url}, where it was spooled")
                 self._fetcher = RemoteBlobs(self.store, open_spool(self.url), progress=self.progress)
         self._fetcher.ensure(digests)
 
@@ -184,7 +184,7 @@ def spooled_runs(remote: S3Backend, name: str) -> list[str]:
     found = remote.list_dirs(f"{name}/runs/")
     bad = [r for r in found if not is_run_id(r)]
     if bad:
-        warn(f"ignoring {len(bad)} folder(s) under {remote.where(name)}/runs/ whose names are not run ids: "
+        warn("FL408", f"ignoring {len(bad)} folder(s) under {remote.where(name)}/runs/ whose names are not run ids: "
              f"{', '.join(repr(b)[:80] for b in bad[:5])}")
     return [r for r in found if is_run_id(r)]
 
@@ -228,13 +228,13 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
                           f"over the {MAX_RUN_KEYS} a run of flor has; the bucket was damaged or planted")
     big = sorted(k for k, size in keys.items() if size > MAX_METADATA)
     if big:  # metadata, logs, sources: kilobytes to megabytes; one of GBs costs only itself
-        warn(f"left {len(big)} file(s) of run {run} in {remote.where(store.name)}, larger than the "
+        warn("FL408", f"left {len(big)} file(s) of run {run} in {remote.where(store.name)}, larger than the "
              f"{human_size(MAX_METADATA)} flor reads of a run's metadata, log or source file: "
              f"{', '.join(f'{prefix + k!r:.120} ({human_size(keys[k])})' for k in big[:5])}"
              f"{' ...' if len(big) > 5 else ''}")
         keys = {k: v for k, v in keys.items() if k not in big}
     if refused:  # planted by someone with write access to the bucket: never written, only reported
-        warn(f"ignored {len(refused)} key(s) of run {run} in {remote.where(store.name)} that would lead out of "
+        warn("FL408", f"ignored {len(refused)} key(s) of run {run} in {remote.where(store.name)} that would lead out of "
              f"the store: {', '.join(refused[:5])}{' ...' if len(refused) > 5 else ''}")
     run_json = store.run_key(run, "run.json")
     if run_json not in keys:
@@ -265,7 +265,7 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
             try:
                 blob_hashes(store.read_manifest(run, block, epoch, occ), hashes)
             except FlorError as exc:  # a damaged manifest: its blobs stay in the bucket, the rest comes
-                warn(f"not fetching the blobs of a checkpoint of run {run}: {exc}")
+                warn("FL409", f"not fetching the blobs of a checkpoint of run {run}: {exc}")
         hashes = {h for h in hashes if is_blob_hash(h)}  # a bad hash is never a file name
         fetcher = fetcher or RemoteBlobs(store, remote, workers=workers, progress=progress)
         fetcher.ensure(hashes, label=f"fetching {len(hashes)} blobs of run {run}")
@@ -310,7 +310,7 @@ def attach_spool(store: ExperimentStore, url: str, run: str | None, *,
             store.resolve_run(run)
         except ReplayError:
             raise exc from None
-        warn(f"the spool {url} is not usable ({exc}); replaying from local files only")
+        warn("FL410", f"the spool {url} is not usable ({exc}); replaying from local files only")
         return None
     return RemoteBlobs(store, remote, progress=progress)
 

@@ -318,7 +318,7 @@ class BackgroundSpool:
                 self.spooler = spooler
             except FlorError as exc:
                 self.error = str(exc)
-                warn(f"spooling to {self.url} is off for this run: {exc}; training goes on, and "
+                warn("FL403", f"spooling to {self.url} is off for this run: {exc}; training goes on, and "
                      f"`flor spool {self.store.name}` uploads the run once that is fixed")
         return self.spooler
 
@@ -344,7 +344,7 @@ class BackgroundSpool:
                 if self.budget is not None and kind != "sync":
                     spooler.enforce_budget(self.budget)
             except Exception as exc:  # noqa: BLE001 - an upload must never reach training
-                warn(f"spooling to {self.url}: {exc}")
+                warn("FL404", f"spooling to {self.url}: {exc}")
             finally:
                 if kind == "final":
                     self._done.set()
@@ -359,16 +359,16 @@ class BackgroundSpool:
             finished = False
         name = self.store.name
         if self.error is not None:
-            warn(f"the run was not spooled ({self.error}); after fixing that, run `flor spool {name} {self.url}`")
+            warn("FL405", f"the run was not spooled ({self.error}); after fixing that, run `flor spool {name} {self.url}`")
             return False
         spooler = self.spooler
         if not finished or spooler is None:
-            warn(f"spooling run {self.run} to {self.url} did not finish within {wait:.0f} s (FLOR_SPOOL_WAIT); "
+            warn("FL405", f"spooling run {self.run} to {self.url} did not finish within {wait:.0f} s (FLOR_SPOOL_WAIT); "
                  f"what is verified is kept: run `flor spool {name}` to upload the rest")
             return False
         spooler.journal.close()
         if spooler.failures:
-            warn(f"partly spooled run {self.run}: {spooler.summary()}; {len(spooler.failures)} uploads failed "
+            warn("FL405", f"partly spooled run {self.run}: {spooler.summary()}; {len(spooler.failures)} uploads failed "
                  f"(first: {spooler.failures[0]}); run `flor spool {name}` to finish")
             return False
         self.say(f"spooled run {self.run}: {spooler.summary()}")
@@ -386,6 +386,6 @@ def spool_files(store: ExperimentStore, url: str, keys: list[str]) -> None:
         finally:
             spooler.close()
     except FlorError as exc:
-        warn(f"could not spool {', '.join(keys)} to {url}: {exc}")
+        warn("FL404", f"could not spool {', '.join(keys)} to {url}: {exc}")
 
 
