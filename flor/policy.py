@@ -75,6 +75,7 @@ class CheckpointPolicy:
     background_s: float = 0.0
     held_s: float = 0.0  # the writer's GIL time (run.json gil_s)
     waited_s: float = 0.0  # of it, what is charged: as far as training waited (gil_waited_s)
+    watch_s: float = 0.0  # the probes of the script's state outside end() (flor.watch), on the training thread
     estimate: dict[str, float] = field(default_factory=dict)
     background: dict[str, float] = field(default_factory=dict)
     held: dict[str, float] = field(default_factory=dict)  # per block: the GIL time its last checkpoint was charged
@@ -127,10 +128,15 @@ class CheckpointPolicy:
         """Whether the background work takes cores from training (its CPU share is charged)."""
         return self.charge == CHARGE_SHARED
 
+    def observe_watch(self, seconds: float) -> None:
+        """Account the probes' time so far (``flor.watch.Watch.seconds``: a running total): they run on
+        the training thread at every block run, checkpointed or not, so they are charged always."""
+        self.watch_s = seconds
+
     @property
     def charged_s(self) -> float:
         """The cost charged to the budget so far, in seconds."""
-        return self.stall_s + (self.background_s if self.shared else self.waited_s)
+        return self.stall_s + self.watch_s + (self.background_s if self.shared else self.waited_s)
 
     def summary(self, training_s: float, failed: frozenset = frozenset()) -> str:
         """The exit line: how many epochs were checkpointed, what that cost, and which rule
@@ -158,7 +164,7 @@ class CheckpointPolicy:
         return {
             "mode": "every" if self.every is not None else "adaptive", "every": self.every,
             "overhead_budget": self.overhead, "charged": self.charge, "charged_s": round(self.charged_s, 6),
-            "stall_s": round(self.stall_s, 6),
+            "stall_s": round(self.stall_s, 6), "watch_s": round(self.watch_s, 6),
             "background_share_s": round(self.background_s, 6), "gil_s": round(self.held_s, 6),
             "gil_waited_s": round(self.waited_s, 6),
             "checkpointed_epochs": self.checkpointed, "skipped_epochs": self.skipped,

@@ -18,6 +18,8 @@ import torch
 from conftest import ROOT, Runner, values
 from flor.state import describe
 from flor.watch import grads as _grads, reachable as objects
+from flor.watch.probe import Watch
+from flor.watch.reachable import GeneratorProbe, SchedulerProbe
 from flor.launch.output import WorkerOutput, clean
 from flor.source.edits import non_logging_changes
 
@@ -66,20 +68,27 @@ def _training_objects():
     return net, opt
 
 
+def _watch(*probes):
+    """A Watch over ``probes`` whose findings go to a list: ``(code, text)``."""
+    said: list[tuple[str, str]] = []
+    return Watch(probes, lambda code, subject, text: said.append((code, text))), said
+
+
 def test_the_check_reads_the_locals_of_a_loop_in_a_function():
-    def main() -> None:
+    def main() -> list[tuple[str, str]]:
         net, opt = _training_objects()
         warmup = torch.optim.lr_scheduler.LinearLR(opt)  # noqa: F841 - found by name in this frame
         scaler = torch.amp.GradScaler("cpu")  # noqa: F841
-        objects.warn_forgotten("train", (net, opt))
-        del warmup, scaler  # used: warn_forgotten found them in this frame by name
+        watch, said = _watch(SchedulerProbe())
+        watch.enter("train", 0, 0, sys._getframe())
+        watch.leave(sys._getframe(), (net, opt))
+        del warmup, scaler  # used: the probe found them in this frame by name
+        return said
 
-    with pytest.warns(RuntimeWarning) as caught:
-        main()
-    said = sorted(str(w.message) for w in caught)
-    assert len(said) == 2
-    assert "`scaler` (a torch.amp.grad_scaler.GradScaler" in said[0]
-    assert "`warmup` (a torch.optim.lr_scheduler.LinearLR, the LR scheduler of the optimizer" in said[1]
+    said = sorted(main())
+    assert [code for code, _ in said] == ["FL201", "FL201"]
+    assert "`scaler` (a torch.amp.grad_scaler.GradScaler" in said[0][1]
+    assert "`warmup` (a torch.optim.lr_scheduler.LinearLR, the LR scheduler of the optimizer" in said[1][1]
 
 
 @pytest.mark.parametrize("case, expected", [
@@ -222,23 +231,45 @@ def test_a_dataloaders_generator_is_warned_by_its_path(runner: Runner):
     assert "pass it to SkipBlock.end(..., loader.generator)" in proc.stderr
 
 
-def test_the_generator_advice_never_raises_even_under_w_error():
+def test_a_drawn_generator_is_named_at_the_blocks_next_entry_unless_given_or_reseeded():
     g = torch.Generator().manual_seed(0)
     watched = objects.watch_generators(sys._getframe())
     assert [name for name, _, _ in watched] == ["g"]
+    frame = sys._getframe()
+    watch, said = _watch(GeneratorProbe())
+    watch.enter("given", 0, 0, frame)
     torch.randperm(8, generator=g)
-    assert objects.drawn_generators(watched, (g,)) == []  # given: nothing to say
-    drawn = objects.drawn_generators(watched, (torch.nn.Linear(2, 1),))
-    assert [name for name, _, _ in drawn] == ["g"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        objects.warn_generators("train", drawn)  # warns, as an exception: swallowed
-    with pytest.warns(RuntimeWarning, match="was not given `g`"):
-        objects.warn_generators("train", drawn)
+    watch.leave(frame, (g,))  # given: nothing to say
+    watch.enter("given", 1, 0, frame)
+    watch.enter("drawn", 0, 0, frame)
+    torch.randperm(8, generator=g)
+    watch.leave(frame, (torch.nn.Linear(2, 1),))
+    assert said == []  # named at a block's second entry only
+    watch.enter("drawn", 1, 0, frame)  # still where its first run left it: named
+    assert [code for code, _ in said] == ["FL202"] and "was not given `g`" in said[0][1]
+    watch.leave(frame, ())
+    watch.enter("reseeded", 0, 0, frame)
+    torch.randperm(8, generator=g)
+    watch.leave(frame, (torch.nn.Linear(2, 1),))
     g.manual_seed(1)  # reseeded before the block's next entry: a replay reseeds it too
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        objects.warn_generators("train", drawn)
+    watch.enter("reseeded", 1, 0, frame)
+    assert len(said) == 1
+
+
+def test_a_probe_that_raises_never_reaches_the_script():
+    def say(code, subject, text):
+        raise RuntimeWarning(text)  # as warnings.warn does under -W error
+
+    g = torch.Generator().manual_seed(0)
+    frame = sys._getframe()
+    watch = Watch([GeneratorProbe(), SchedulerProbe()], say)
+    watch.enter("train", 0, 0, frame)
+    torch.randperm(8, generator=g)
+    net, opt = _training_objects()
+    sched = torch.optim.lr_scheduler.LinearLR(opt)  # noqa: F841 - found by name: said, and the say raises
+    watch.leave(frame, (net, opt))
+    watch.enter("train", 1, 0, frame)
+    assert set(watch.failed) == {"SchedulerProbe", "GeneratorProbe"}  # each swallowed where it was said
 
 
 # -- an end() that does not fit its checkpoint --------------------------------------------

@@ -1,4 +1,10 @@
-"""Replay: follow the plan, restore or execute each block, verify, and report."""
+"""Replay: follow the plan, restore or execute each block, verify, and report.
+
+A ``ReplaySession`` is built from parts it owns: the run's checkpoints (``Restorer``: sound
+manifests, fetch, prefetch, restore, verify, the random state around blocks), the probes of the
+script's state outside ``end()`` (``flor.watch.Watch``) and the loop's own variables
+(``flor.watch.loop.LoopState``); the report is ``flor.verify.Summary``.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +13,30 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from .._files import read_bytes
-from .._fmt import listed
 from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError, StorageError
 from ..logs import LogWriter, occurrence_keys, record_key, same_value
-from ..store.layout import RunLayout
-from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
 from ..logs.tensorboard import write_replay_events
-from .ddp import check_replay_world, shared_replay_id
+from ..placement import new_replay_id, pid_alive
 from ..plan import ReplayPlan, block_action, make_plan, select
-from ..redact import redact_argv
-from ..store.experiment import blob_hashes
+from ..settings import Settings
 from ..source.blocks import WRONG_MID_RUN, wrapper_advice
 from ..state.describe import arity_message
-from ..watch.attributes import restore_attrs
+from ..store.layout import RunLayout
+from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
+from ..verify import CAUSE_CODE, BlockEvent, Summary, compare_logs
 from ..watch.frames import caller_frame, left_normally
-from ..watch.loop import LoopFrame, read_outer_state
-from ..watch.names import block_site, stale_at_end, stale_note
-from ..watch.outside import OutsideChanges
-from ..watch.plain import decode
-from ..watch.reachable import forgotten_in_replay
-from ..watch.variables import read_block_state, restore_globals
+from ..watch.loop import LoopState
+from ..watch.names import NamesProbe
+from ..watch.outside import OutsideProbe
+from ..watch.probe import Watch
+from ..watch.reachable import SchedulerProbe
+from ..watch.variables import VariablesProbe, read_block_state
+from .ddp import check_replay_world, shared_replay_id
+from .restorer import Restorer
+from .script import compare_script, script_sha256
 from .session import Session, as_result
-from ..placement import new_replay_id, pid_alive
-from ..settings import Settings
-from ..source.edits import non_logging_changes
-from ..verify import CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent, Summary, compare_logs
 
 __all__ = ["ReplaySession"]
 
@@ -83,27 +84,16 @@ class ReplaySession(Session):
         self.pid, self.ngpus = settings.pid, settings.ngpus
         self.plan: ReplayPlan | None = None
         self.initializing = False
-        self.anchored = True  # the live state is exact (no epochs skipped since the start)
-        self.from_restore = False  # ... and was last set from a checkpoint
         self.pending: tuple[str, dict | None, dict | None] | None = None
-        self.available = set(self.store.manifests(self.run))
-        self._sound: set[tuple] = set()  # manifests read and found intact (``_drop_damaged``)
         self.notes: list[str] = []
-        self.forgotten_checked: set[str] = set()  # blocks whose end() was looked at for a scheduler left out
-        self._block_vars: dict | None = None  # logs/block-state.jsonl, read at the first restore
-        self._block_vars_noted: set[str] = set()  # blocks whose restored variables a note named
-        self.outside = OutsideChanges()  # what code between a block's end() and its next step_into changed
-        self.sites: dict[str, Any] = {}  # block -> where it is entered (flor.watch.names), until first restored
+        self.checkpoints = Restorer(self.store, self.run, self.meta, settings, self.note)
+        # the script's state outside end() (flor.watch): set as recorded where a block is restored
+        self.watch = Watch([VariablesProbe(), SchedulerProbe(), NamesProbe(), OutsideProbe()],
+                           lambda code, subject, text: self.note(code, text), replay=True)
+        self._block_vars: dict | None = None  # logs/block-state.jsonl, read at the first block
         if picked:
             self.note("FL301", picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
-        self.io = {"load_s": 0.0, "restore_s": 0.0, "restore_bytes": 0}  # for the benchmarks
-        self._prefetched: dict[tuple, Any] = {}
-        self._rng_noted = False
-        self._outside_noted = False  # a note said code outside the blocks drew random numbers
-        self.rng_exact = False  # the global random state is the recording's as of the last block's end
-        self._reader: Any = None
-        self.code_changed = False
         self.layout = RunLayout(self.run_dir)
         check_write_folders(self.run_dir, self.store.root, self.replay_id)  # no link out of the store
         earlier = retire_worker_files(self.run_dir, self.replay_id, self.pid)  # a rerun starts clean
@@ -130,7 +120,7 @@ class ReplaySession(Session):
             self.note("FL306", f"using {recorded_threads} torch threads as recorded (this process had "
                       f"{torch.get_num_threads()}), so that results are bit-identical")
             torch.set_num_threads(int(recorded_threads))
-        self._compare_script()
+        self.checkpoints.code_changed = compare_script(self.meta, self.run_dir, self.note)
         self.summary = Summary(header="")
         self._install_hooks()
 
@@ -143,43 +133,7 @@ class ReplaySession(Session):
         self.notes.append(text)
         print(f"flor: {text}", file=sys.stderr)
 
-    def _compare_script(self) -> None:
-        recorded_path = self.meta.script
-        current = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-        if recorded_path and current is not None and current.is_file():
-            copy = self.run_dir / "source" / Path(recorded_path).name
-            if copy.is_file():
-                import hashlib
-
-                data: bytes | None
-                try:
-                    data = read_bytes(copy)  # a regular file, capped, no link followed
-                except OSError as exc:
-                    self.note("FL307", f"the recording's copy of the script cannot be read ({exc.strerror or exc}); the "
-                              "script's changes since the recording are not checked")
-                    data = None
-                if data is not None and self.meta.script_sha256 and \
-                        hashlib.sha256(data).hexdigest() != self.meta.script_sha256:
-                    self.note("FL307", f"the recording's copy of the script ({copy}) is not the script run.json names "
-                              "(its sha256 differs: damaged, or cut short by a full disk); the script's changes "
-                              "since the recording are not checked")
-                    data = None
-                old = data.decode("utf-8", "replace") if data is not None else None
-                new = current.read_text(errors="replace")
-                if old is not None and non_logging_changes(old, new):
-                    self.code_changed = True
-                    self.note("FL309", "the script changed by more than logging since the recording "
-                              f"(compare with {copy}); replayed values may differ from the recording")
-        rec_args = list(self.meta.argv)[1:]
-        now_args = redact_argv(list(sys.argv))[1:]
-        if rec_args != now_args:
-            self.note("FL310", f"the script's arguments differ from the recording: recorded {rec_args}, now {now_args}")
-
     # -- the loop ----------------------------------------------------------------------
-
-    def restorable(self, epoch: int) -> bool:
-        blocks = self.meta.epoch_blocks.get(str(epoch))
-        return bool(blocks) and all((name, epoch, occ) in self.available for name, occ in blocks)
 
     def loop_length(self, iterable: Any) -> int:
         """The items this worker's loop yields: its initialization epochs, then its segment."""
@@ -211,74 +165,29 @@ class ReplaySession(Session):
         elif self.meta.stopped_early or (planned is None and self.meta.status != "finished"):
             self.note("FL312", f"the recording ran {self.meta.epochs_text()} epochs; replaying epochs 0-{epochs - 1}"
                       if epochs else f"the recording ran {self.meta.epochs_text()} epochs; there is nothing to replay")
-        restorable = {e for e in range(epochs) if self.restorable(e)}
+        cp = self.checkpoints
+        restorable = {e for e in range(epochs) if cp.restorable(e)}
         within = select(epochs, self.settings.epoch_range) if self.settings.epoch_range else None
         if within is not None and len(within) == 0:
             raise ReplayError(f"--flor_epochs {self.settings.epoch_range[0]}:{self.settings.epoch_range[1] or ''} "
                               f"selects no epoch of the recording's {epochs}: epochs are 0 to {epochs - 1}")
         plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
-        while self._drop_damaged(range(plan.first, plan.stop)):  # what a damaged manifest held is not restorable
-            restorable = {e for e in range(epochs) if self.restorable(e)}
+        while cp.drop_damaged(range(plan.first, plan.stop)):  # what a damaged manifest held is not restorable
+            restorable = {e for e in range(epochs) if cp.restorable(e)}
             plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
         for text in check_replay_world(self.ngpus, self.meta, plan, restorable):
             self.note("FL313", text)
-        self.plan = plan
+        self.plan = cp.plan = plan
         if self.store.blobs.remote is not None:  # fetch the coming epochs' blobs from S3 ahead of need
             from ..store.sync import prefetch_plan
 
-            prefetch_plan(self.store, self.run, self.meta, range(plan.first, plan.stop), self.available)
-        self.anchored = plan.first == 0
+            prefetch_plan(self.store, self.run, self.meta, range(plan.first, plan.stop), cp.available)
+        cp.anchored = plan.first == 0
         seg = f"{plan.segment.start}-{plan.segment.stop - 1}" if len(plan.segment) else "none"
         init = f"{plan.init.start}-{plan.init.stop - 1}" if len(plan.init) else "none"
         self.summary.header = (f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker "
                                f"{self.pid}/{self.ngpus}: epochs {seg} (initialization epochs {init})")
         return plan
-
-    def _drop_damaged(self, epochs: range) -> bool:
-        """Read the manifests of ``epochs`` before the plan relies on them; a damaged one (its
-        checksum, structure or file name wrong) leaves ``available`` with one note naming the
-        file, so the plan re-executes it from the nearest earlier checkpoint; so does one without
-        the gradients of a block that adds to those of its previous run (``flor.state.grads``):
-        restored, the next run would start from other gradients. True when one did."""
-        dropped = False
-        for epoch in epochs:
-            for name, occ in self.meta.epoch_blocks.get(str(epoch), []):
-                key = (name, epoch, occ)
-                if key not in self.available or key in self._sound:
-                    continue
-                try:
-                    manifest = self.store.read_manifest(self.run, *key)
-                except FlorError as exc:
-                    if self.settings.strict:
-                        raise CheckpointError(f"{exc} (--flor_strict: a replay does not go on without it)") from exc
-                    self.available.discard(key)
-                    self.note("FL315", f"{exc}; replay re-executes that epoch from the nearest earlier checkpoint")
-                    dropped = True
-                else:
-                    if name in self.meta.grads_carried and "grads" not in manifest:
-                        self.available.discard(key)
-                        self.note("FL316", f"block {name!r} adds to the gradients its previous run left (run.json: "
-                                  f"grads_carried) and its checkpoint at epoch {epoch} holds none (taken before flor "
-                                  "noticed, or its gradients could not be stored): replay re-executes that epoch from the nearest earlier checkpoint")
-                        dropped = True
-                        continue
-                    self._sound.add(key)
-        return dropped
-
-    def _pickles(self, manifest: dict) -> Any:
-        """May this manifest's pickled leaves be loaded? Only when it is signed with this user's
-        key, or with --flor_trust_pickles (flor.store.trust)."""
-        from ..state import PickleTrust
-        from ..store import trust
-        from ..store.manifest import canonical_bytes, has_pickles
-
-        key = str(trust.key_file(self.settings.config_dir))
-        if self.settings.trust_pickles:
-            return PickleTrust(True, key_file=key)
-        if not has_pickles(manifest):
-            return PickleTrust(False, key_file=key)
-        why = trust.verify(manifest.get("hmac"), canonical_bytes(manifest), self.settings.config_dir)
-        return PickleTrust(why is None, why or "", key)
 
     def iterate(self, iterable: Any) -> Iterator[Any]:
         self.begin_loop()
@@ -327,45 +236,13 @@ class ReplaySession(Session):
     def _restore_outer(self, after: int) -> None:
         """Give the loop's own variables (best value, patience, EMA, counters) the values the
         recording had at the end of epoch ``after``, before this worker's first epoch."""
-        frame = self.loop_frame
-        if frame is None:
+        if self.loop_frame is None:
             return
-        loop = LoopFrame(frame)
-        try:
-            rec = read_outer_state(self.layout.outer_state, after)
-            if rec is None:
-                self.note("FL319", f"the recording has no outer-loop state for epoch {after} (recorded by an older flor, or "
-                          "its write failed): variables of the loop outside end() start as the script sets them "
-                          "before the loop; replay with --flor_strong if they matter")
-                return
-            values, missing = {}, list(rec["unrestorable"])
-            own = set(rec["unchanged"]) & set(rec["vars"])
-            for name, node in rec["vars"].items():
-                if name in own:  # the loop had not changed it: as this worker's code before the loop set it
-                    continue
-                try:
-                    values[str(name)] = decode(node)
-                except (ValueError, TypeError, AttributeError):
-                    missing.append(str(name))
-            missing += loop.restore(values)
-            self.outer_restored = sorted(set(values) - set(missing))
-            if self.outer_restored:
-                self.note("FL320", f"outer-loop variables restored as recorded at the end of epoch {after}: "
-                          f"{listed(self.outer_restored, 12)}")
-            if own:
-                self.note("FL320", f"outer-loop variables the recording's loop had not changed by epoch {after}, left as "
-                          f"this worker set them before the loop: {listed(sorted(own), 12)}")
-        finally:
-            loop.close()
-        if missing:
-            names = ", ".join(sorted(set(missing)))
-            text = (f"outer-loop variables of {loop.where} that this worker (starting at epoch {after + 1}) "
-                    f"cannot restore: {names}. They are not plain data (or too big) and changed in the loop; "
-                    "pass them to SkipBlock.end(), or replay with --flor_strong")
-            if self.settings.strict:
-                raise ReplayError(text + " (--flor_strict)")
-            self.note("FL322", text)
-            self._unrestored(missing)
+        state = LoopState(self.loop_frame, self.layout.outer_state)
+        restored, missing = state.restore(after, lambda code, subject, text: self.note(code, text),
+                                          strict=self.settings.strict)
+        self.outer_restored = restored
+        self._unrestored(missing)
 
     # -- blocks ------------------------------------------------------------------------
 
@@ -388,209 +265,51 @@ class ReplaySession(Session):
     def step_into(self, name: str, probed: bool) -> bool:
         _, epoch, occ = self.open_block(name)
         self._check_recorded(name, epoch, occ)
-        self._changed_outside(name, epoch, occ)
-        if name not in self.forgotten_checked and name not in self.sites:
-            self.sites[name] = block_site(caller_frame())
-        checkpointed = (name, epoch, occ) in self.available
+        # what code since the last end() changed in place where the recording's did not (flor.watch.outside)
+        recorded = self._noted(epoch, name, occ) if self.meta.outside_watched else None
+        outside = self.watch.enter(name, epoch, occ, caller_frame(), recorded)
+        if outside and not self.summary.outside:
+            self.summary.outside = outside
+        cp = self.checkpoints
+        checkpointed = (name, epoch, occ) in cp.available
         action = block_action(checkpointed=checkpointed, probed=probed, initializing=self.initializing)
         manifest = cache = None
         if checkpointed:
             t0 = time.perf_counter()
             try:
                 if action == "restore":
-                    manifest, cache = self._fetch((name, epoch, occ))
-                    if self.rng_exact:
-                        self._drawn_outside(manifest, name, epoch)
-                    self.io["restore_bytes"] += sum(len(v) for v in cache.values())
-                    self._prefetch_next(name, epoch, occ, probed)
+                    manifest, cache = cp.fetch((name, epoch, occ))
+                    if cp.rng_exact:
+                        cp.drawn_outside(manifest, name, epoch)
+                    cp.io["restore_bytes"] += sum(len(v) for v in cache.values())
+                    cp.prefetch_next(name, epoch, occ, probed)
                 else:
                     manifest = self.store.read_manifest(self.run, name, epoch, occ)
-                    self._start_like_recording(manifest, name, epoch)
+                    cp.start_like_recording(manifest, name, epoch)
             except ConfigError:  # this process cannot replay the recording (its GPUs): not the checkpoint
                 raise
             except FlorError as exc:
-                if not self.anchored:
+                if not cp.anchored:
                     raise CheckpointError(
                         f"the checkpoint of {name!r} at epoch {epoch} cannot be read ({exc}); replay "
                         "with --flor_strong to rebuild this worker's state from epoch 0"
                     ) from exc
                 self.note("FL315", f"checkpoint of {name!r} at epoch {epoch} is unusable ({exc}); re-executing it")
                 action, manifest, cache = "execute", None, None
-            self.io["load_s"] += time.perf_counter() - t0
+            cp.io["load_s"] += time.perf_counter() - t0
         self.pending = (action, manifest, cache)
         return action == "execute"
 
-    def _start_like_recording(self, manifest: dict, name: str, epoch: int | None) -> None:
-        """Give a re-executed block the global RNG state its recorded run started from.
-
-        They differ only where the process seeded a generator itself (Python's and NumPy's
-        are seeded from the OS when a script does not seed them): the block's own draws then
-        match the recording, and its end state can be checked against it.
-        """
-        from ..state import restore_rng
-
-        if "rng_start" not in manifest:
-            return
-        differs = self._rng_start_differs(manifest)
-        if differs:
-            restore_rng(self._recorded_rng(manifest, "rng_start"))
-            if not self._rng_noted:
-                self._rng_noted = True
-                self.note("FL324", f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
-                          "differed from the recording (is that generator seeded?); flor set it as recorded")
-
-    def _rng_start_differs(self, manifest: dict) -> list[str]:
-        """The global generators whose state now is not the one the block started from when recorded."""
-        from ..state import capture_rng, diff_rng, snapshot
-
-        captured = capture_rng(like=manifest["rng_start"])
-        now = snapshot(captured, copy=False).materialize()
-        return sorted({p.split(".")[0].split("[")[0]
-                       for p in diff_rng(manifest["rng_start"], now, self._undrawn(manifest, "rng_start", captured))})
-
-    def _drawn_outside(self, manifest: dict, name: str, epoch: int | None) -> None:
-        """Before a block this replay restores, with the random state exact at the last block's
-        end: a generator that is not where the recording had it here was drawn from by code
-        outside the blocks that the recording did not run (a hindsight line that samples).
-        Restoring sets the recorded state, so what follows is the recording's training, not a
-        full run of the edited script's: said once, as a note and in the verdict's cause."""
-        if self._outside_noted or "rng_start" not in manifest:
-            return
-        differs = self._rng_start_differs(manifest)
-        if differs:
-            self._outside_noted = True
-            self.note("FL325", f"code outside the blocks drew from the {', '.join(differs)} random generator before "
-                      f"{name!r} at epoch {epoch} where the recording did not (a hindsight line that samples?); "
-                      "restoring the block set the recorded state, so later values are the recording's "
-                      "training, not a full run of this script's; to leave training's randomness alone, "
-                      "draw from a torch.Generator of your own in hindsight code")
-
-    def _recorded_rng(self, manifest: dict, key: str) -> dict:
-        """A checkpoint's recorded random state (``rng`` or ``rng_start``), decoded."""
-        from ..state import decode
-
-        cache = self.store.blobs.get_many(blob_hashes(manifest[key]))
-        return decode(manifest[key], cache.__getitem__, path=key, pickles=self._pickles(manifest))
-
-    def _undrawn(self, manifest: dict, key: str, captured: dict) -> Callable[[int, int], bool]:
-        """``diff_rng``'s check of the CUDA generators only one side has a device for: nothing
-        drew from them, in the recording (its blobs are read only then) or in this process."""
-        from ..state import cuda_undrawn
-
-        def undrawn(recorded: int, now: int) -> bool:
-            state = self._recorded_rng(manifest, key)
-            return isinstance(state, dict) and cuda_undrawn(list(state.get("cuda", []))[now:]) \
-                and cuda_undrawn(list(captured.get("cuda", []))[recorded:])
-
-        return undrawn
-
-    def _load(self, key: tuple[str, int | None, int]) -> tuple[dict, dict[str, bytes]]:
-        """A checkpoint's manifest and the verified bytes of every blob it names."""
-        manifest = self.store.read_manifest(self.run, *key)
-        return manifest, self.store.blobs.get_many(blob_hashes(manifest))
-
-    def _fetch(self, key: tuple[str, int | None, int]) -> tuple[dict, dict[str, bytes]]:
-        future = self._prefetched.pop(key, None)
-        return future.result() if future is not None else self._load(key)
-
-    def _prefetch_next(self, name: str, epoch: int | None, occ: int, probed: bool) -> None:
-        """Read the next epoch's checkpoint of this block in the background while this
-        epoch's outer-loop code runs (one epoch ahead: bounded memory)."""
-        if epoch is None or self.plan is None or not self.plan.runs(epoch + 1):
-            return
-        key = (name, epoch + 1, occ)
-        initializing = epoch + 1 < self.plan.segment.start
-        if key not in self.available or key in self._prefetched or block_action(
-                checkpointed=True, probed=probed, initializing=initializing) != "restore":
-            return
-        if self._reader is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._reader = ThreadPoolExecutor(1, thread_name_prefix="flor-prefetch")
-        self._prefetched[key] = self._reader.submit(self._load, key)
-
-    def _restore(self, manifest: dict, cache: dict, objs: tuple) -> tuple:
-        from ..state import restore_all
-        from ..state.grads import restore_grads
-
-        t0 = time.perf_counter()
-        try:
-            restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
-                                   pickles=self._pickles(manifest))
-        except StateError as exc:
-            first = self.plan.first if self.plan is not None else 0
-            if first == 0:
-                raise
-            # the loop code of the epochs before this worker's did not run here: a head grown or an
-            # optimizer re-created at one of them is not in the objects now
-            raise StateError(f"{exc}; this worker starts at epoch {first} without running the loop's code of the "
-                             "epochs before it: if that code changes what the block uses (a layer replaced, an "
-                             "optimizer re-created at some epoch), replay with --flor_strong") from exc
-        if "grads" in manifest:  # the block adds to them in its next run (flor.state.grads)
-            restore_grads(restored, manifest["grads"], cache.__getitem__)
-        self.io["restore_s"] += time.perf_counter() - t0
-        self.anchored = self.from_restore = self.rng_exact = True
-        return tuple(restored)
-
-    def _restore_block_vars(self, name: str, epoch: int | None, occ: int) -> None:
-        """Set the plain-data variables the recorded block run changed outside ``end()`` (a step
-        counter, a loss sum, a history) as they were at its end (``flor.watch.variables.BlockVars``)."""
-        noted = self._block_state().get((epoch, name, occ))
-        if not noted or not any(noted[part] for part in ("vars", "globals", "attrs")):
-            return
-        missing: list[str] = []
-
-        def decoded(found: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-            out = {}
-            for var, node in found.items():
-                try:
-                    out[var] = decode(node)
-                except (ValueError, TypeError, AttributeError):
-                    missing.append(prefix + var)
-            return out
-
-        values, module = decoded(noted["vars"]), decoded(noted["globals"])
-        attrs = {var: decoded(found, f"{var}.") for var, found in noted["attrs"].items()}
-        named = set(values) | set(module) | {f"{var}.{attr}" for var, found in attrs.items() for attr in found}
-        frame = caller_frame()
-        if frame is None:
-            missing += sorted(named)
-        else:
-            lf = LoopFrame(frame)
-            missing += lf.restore(values) + restore_globals(frame, module) + restore_attrs(lf.variables(), attrs)
-        if name not in self._block_vars_noted:
-            self._block_vars_noted.add(name)
-            done = sorted(named - set(missing))
-            if done:
-                self.note("FL326", f"variables block {name!r} changes outside end() are set as recorded where it is "
-                          f"restored: {listed(done, 12)}")
-            if missing:
-                self.note("FL326", f"variables block {name!r} changes outside end() that could not be set where it is "
-                          f"restored: {listed(sorted(missing), 12)}; pass them to SkipBlock.end")
-                self._unrestored(missing)
-
-    def _block_state(self) -> dict:
+    def _noted(self, epoch: int | None, name: str, occ: int) -> dict[str, Any]:
+        """What the recording noted of this block run outside ``end()`` (``logs/block-state.jsonl``,
+        read once), with ``ever``: the variables noted at any run of the block."""
         if self._block_vars is None:
-            self._block_vars = read_block_state(self.layout.block_state)
-        return self._block_vars
-
-    def _changed_outside(self, name: str, epoch: int | None, occ: int) -> None:
-        """Tensors of the modules the block's last ``end()`` was given that code since changed
-        in place where the recording's did not (``OutsideChanges``): a hindsight line that
-        trains, or runs the model in training mode. Said once, and in the verdict."""
-        changed = self.outside.started()
-        if not changed or self.summary.outside or not self.meta.outside_watched:  # (an older recording: unknown)
-            return
-        recorded = (self._block_state().get((epoch, name, occ)) or {}).get("outside", {})
-        new = [path for path, ops in changed.items() if recorded.get(path) != ops]
-        if new:
-            self.summary.outside = new
-            self.note("FL328", f"code outside the blocks changed {listed(new, 4)} in place before {name!r} at epoch {epoch}, "
-                      "where the recorded script did not (a hindsight line that runs the model in training mode "
-                      "updates BatchNorm statistics; one that steps an optimizer changes the weights): a full run of "
-                      "this script trains on from there, while this replay restores or re-executes the recorded "
-                      "training, so its later values are not a full run's; evaluate on a copy "
-                      "(copy.deepcopy(model).eval()) or under model.eval()")
+            found = read_block_state(self.layout.block_state)
+            ever: dict[str, set[str]] = {}
+            for (_, block, _), rec in found.items():
+                ever.setdefault(block, set()).update(rec["vars"], rec["globals"])
+            self._block_vars = {"runs": found, "ever": ever}
+        return {**self._block_vars["runs"].get((epoch, name, occ), {}), "ever": self._block_vars["ever"].get(name, set())}
 
     def _unrestored(self, names: list[str]) -> None:
         """State this replay knows it did not set as a full run has it, for the verdict."""
@@ -601,6 +320,7 @@ class ReplaySession(Session):
         which has no checkpoint of it then: the block was executed and is left as it is."""
         name, epoch, occ = key
         self.pending = None
+        self.watch.drop()
         self.summary.events.append(BlockEvent(epoch, name, occ, "executed (no checkpoint)",
                                               initializing=self.initializing))
 
@@ -613,67 +333,20 @@ class ReplaySession(Session):
             recorded = (manifest.get("objects") or {}).get("v") or []
             raise StateError(arity_message(name, epoch, list(recorded), objs))
         event = BlockEvent(epoch, name, occ, "restored", initializing=self.initializing)
+        cp = self.checkpoints
+        restored = None
         if action == "restore":
-            objs = self._restore(manifest, cache, objs)
-            self._restore_block_vars(name, epoch, occ)
-            if name not in self.forgotten_checked:  # once a block, as the recording warned
-                self.forgotten_checked.add(name)
-                stale = stale_at_end(self.sites.pop(name, None), caller_frame())  # read after it, left as they were
-                noted = {var for (_, block, _), found in self._block_state().items() if block == name
-                         for part in (found["vars"], found["globals"]) for var in part}  # set as recorded instead
-                stale = [var for var in stale if var not in noted]
-                forgotten = forgotten_in_replay(name, objs)
-                for _, text in forgotten:
-                    self.note("FL201", text)
-                for text in stale_note(name, stale):
-                    self.note("FL204", text)
-                self._unrestored([var for var, _ in forgotten] + stale)
+            objs = cp.restore(manifest, cache, objs)
+            restored = self._noted(epoch, name, occ)  # set as recorded: the block's variables outside end()
         elif manifest is None:
             event.action = "executed (no checkpoint)"
-            self.rng_exact = False
+            cp.rng_exact = False
         else:
-            objs, event = self._verify(manifest, objs, event)
+            objs, event = cp.verify(manifest, objs, event)
         self.summary.events.append(event)
-        self.outside.ended(objs)
+        _, left = self.watch.leave(caller_frame(), objs, restored)
+        self._unrestored(left)
         return as_result(objs)
-
-    def _verify(self, manifest: dict, objs: tuple, event: BlockEvent) -> tuple[tuple, BlockEvent]:
-        from ..state import capture_rng, diff_nodes, diff_rng, snapshot
-
-        now_objs = snapshot(list(objs), copy=False).materialize()
-        captured = capture_rng(like=manifest["rng"])
-        now_rng = snapshot(captured, copy=False).materialize()
-        diffs = [self._label(p, manifest) for p in diff_nodes(manifest["objects"], now_objs)]
-        rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state"
-                            for p in diff_rng(manifest["rng"], now_rng, self._undrawn(manifest, "rng", captured))})
-        if not diffs and not rng_diffs:
-            event.action = "matched"
-            self.from_restore = False
-            self.rng_exact = True
-            return objs, event
-        event.action, event.tensors = "diverged", diffs + rng_diffs
-        if self.code_changed:
-            event.cause = CAUSE_CODE
-        elif not diffs:
-            event.cause = CAUSE_RNG
-        elif self.from_restore:
-            event.cause = CAUSE_NOT_PASSED
-        else:
-            event.cause = CAUSE_NONDET
-        cache = self.store.blobs.get_many(blob_hashes(manifest))
-        return self._restore(manifest, cache, objs), event  # go on from the recorded state
-
-    @staticmethod
-    def _label(path: str, manifest: dict) -> str:
-        if not path.startswith("["):
-            return path
-        index, _, rest = path[1:].partition("]")
-        try:
-            node = manifest["objects"]["v"][int(index)]
-            cls = node.get("cls", node.get("t", "")) if isinstance(node, dict) else type(node).__name__
-        except (ValueError, IndexError, KeyError, TypeError):
-            return path
-        return f"end() argument {index} ({cls.rsplit('.', 1)[-1]}){rest}"
 
     # -- logs and exit -----------------------------------------------------------------
 
@@ -717,7 +390,7 @@ class ReplaySession(Session):
         if s.log_mismatches:
             if any(e.action == "diverged" for e in s.events):
                 s.log_cause = "it follows from the diverged blocks above"
-            elif self.code_changed:
+            elif self.checkpoints.code_changed:
                 s.log_cause = CAUSE_CODE
             else:
                 s.log_cause = ("code outside the blocks depends on state that was not passed to end(), "
@@ -731,8 +404,8 @@ class ReplaySession(Session):
                 "replay": self.replay_id, "run": self.run, "worker": self.pid, "ngpus": self.ngpus,
                 "segment": [self.plan.segment.start, self.plan.segment.stop] if self.plan else None,
                 "init": [self.plan.init.start, self.plan.init.stop] if self.plan else None,
-                "exit": self.exit_error, "io": self.io, "outer_restored": self.outer_restored, **s.to_json(),
-                "lenient": self.settings.lenient, "script_sha256": _script_sha256(),  # the script the values came from
+                "exit": self.exit_error, "io": self.checkpoints.io, "outer_restored": self.outer_restored, **s.to_json(),
+                "lenient": self.settings.lenient, "script_sha256": script_sha256(),  # the script the values came from
             }, indent=1, default=str).encode(), durable=False)
         except (OSError, StorageError) as exc:
             print(f"flor: FL331 could not write {self.summary_path}: {exc}", file=sys.stderr)
@@ -750,14 +423,3 @@ class ReplaySession(Session):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(3)
-
-
-def _script_sha256() -> str | None:
-    """sha256 of the script this process runs (``sys.argv[0]``): the version its logged values came from."""
-    import hashlib
-
-    try:
-        return hashlib.sha256(Path(sys.argv[0]).read_bytes()).hexdigest() if sys.argv and sys.argv[0] else None
-    except OSError:
-        return None
-

@@ -6,10 +6,11 @@ from __future__ import annotations
 from types import FrameType
 from typing import Any, Collection
 
-from .frames import _own_object, _OWN, _plain_now, _skipped, frame_variables, given_ids
+from .frames import _own_object, _OWN, _plain_now, _skipped, frame_variables
 from .plain import BLOCK_MAX_ITEMS, encode
+from .probe import Probe, Say, View
 
-__all__ = ["ATTR_DEPTH", "object_attrs", "restore_attrs", "warn_module_attrs", "watch_module_attrs"]
+__all__ = ["ATTR_DEPTH", "ModuleAttrProbe", "object_attrs", "restore_attrs", "watch_module_attrs"]
 
 #: how deep ``object_attrs`` looks: ``self.step`` and ``self.state.global_step``
 ATTR_DEPTH = 2
@@ -112,25 +113,30 @@ def watch_module_attrs(frame: FrameType | None) -> dict[tuple[int, str], tuple[o
         return {}
 
 
+class ModuleAttrProbe(Probe):
+    """A plain attribute of a module given to ``end()`` that a block's first run changed
+    (``model.temperature *= 0.9``, a list it appends to): a module is checkpointed through its
+    ``state_dict``, which does not hold it, so a replay that restores the block leaves it as it
+    was. Named once per (module, attribute), under the first name that reaches it."""
 
-def warn_module_attrs(name: str, watched: dict[tuple[int, str], tuple[object, int, str]], frame: FrameType | None,
-                      objs: tuple) -> None:
-    """Warn about each plain attribute of a module given to ``end(*objs)`` that block ``name``
-    changed (``model.temperature *= 0.9``, a list it appends to): a module is checkpointed
-    through its ``state_dict``, which does not hold them, so a replay that restores the block
-    leaves them as they were. Never raises, even under ``-W error``: it only advises."""
-    from ..errors import warn
+    def __init__(self) -> None:
+        self.watched: dict[str, dict[tuple[int, str], tuple[object, int, str]]] = {}
 
-    try:
-        given = given_ids(objs)
-        now = _module_attrs(frame_variables(frame))
-        named: set[tuple[int, str]] = set()  # (module, attribute): once, under the first name that reaches it
+    def enter(self, view: View, say: Say) -> None:
+        if view.first:
+            self.watched[view.block] = watch_module_attrs(view.frame)
+
+    def leave(self, view: View, say: Say) -> None:
+        watched = self.watched.pop(view.block, None)
+        if not watched:
+            return
+        now = _module_attrs(frame_variables(view.frame))
+        named: set[tuple[int, str]] = set()  # (module, attribute)
         for (root, key), before in watched.items():
-            if root in given and (root, key) in now and now[(root, key)] != before and before[1:] not in named:
+            if root in view.given and (root, key) in now and now[(root, key)] != before and before[1:] not in named:
                 named.add(before[1:])
-                warn("FL206", f"SkipBlock.end({name!r}): the block changed `{key}`, a plain attribute of a module given to "
-                     "end(): a module is checkpointed through its state_dict, which does not hold it, so a replay "
-                     f"that restores {name!r} leaves `{key}` as it was; keep it in a buffer "
-                     "(module.register_buffer) or pass end() an object that holds it")
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-        return
+                say("FL206", (view.block, key),
+                    f"SkipBlock.end({view.block!r}): the block changed `{key}`, a plain attribute of a module given to "
+                    "end(): a module is checkpointed through its state_dict, which does not hold it, so a replay that "
+                    f"restores {view.block!r} leaves `{key}` as it was; keep it in a buffer (module.register_buffer) "
+                    "or pass end() an object that holds it")

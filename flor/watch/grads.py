@@ -3,9 +3,11 @@ by a hook at its second run, so the checkpoints carry them (``flor.state.grads``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["CarriedGrad", "grad_probe"]
+from .probe import Probe, Say, View
+
+__all__ = ["CarriedGrad", "GradProbe", "grad_probe"]
 
 def grad_probe(objs: tuple) -> Any:
     """A parameter to watch for gradients carried into the block's next run: the first one that
@@ -54,10 +56,7 @@ class CarriedGrad:
             pass
 
     def close(self) -> bool:
-        """Remove the hook (idempotent); warn, and return True, if the block accumulated into a
-        carried gradient."""
-        from ..errors import warn
-
+        """Remove the hook (idempotent); True if the block accumulated into a carried gradient."""
         handle, self.handle = self.handle, None
         if handle is not None:
             try:
@@ -67,12 +66,34 @@ class CarriedGrad:
         if not self.carried:
             return False
         self.carried = False
-        try:
-            warn("FL208", f"SkipBlock {self.name!r} added to the gradients its previous run left (no zero_grad before its "
-                 "first backward, or an accumulation window that spans the end of an epoch): its checkpoints now "
-                 "keep p.grad too, so a replay restores them; the checkpoint of its first run has none, and a "
-                 "replay re-executes that run. If the carry-over is not intended, call optimizer.zero_grad() at "
-                 "the start of the block")
-        except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-            pass
         return True
+
+
+class GradProbe(Probe):
+    """Gradients a block's second run adds to those its first left: a parameter is picked at the
+    first ``end()`` (``grad_probe``), watched through the second run (``CarriedGrad``), and where
+    it carried, ``carried(block)`` is told (the recording then keeps the block's gradients in its
+    checkpoints: run.json ``grads_carried``)."""
+
+    def __init__(self, carried: Callable[[str], None]) -> None:
+        self.carried = carried
+        self.params: dict[str, Any] = {}
+        self.active: CarriedGrad | None = None
+
+    def enter(self, view: View, say: Say) -> None:
+        param = None if view.first else self.params.pop(view.block, None)
+        if param is not None:
+            self.active = CarriedGrad(view.block, param)
+
+    def leave(self, view: View, say: Say) -> None:
+        if view.first:
+            self.params[view.block] = grad_probe(view.objs)
+        active, self.active = self.active, None
+        if active is not None and active.close():
+            self.carried(active.name)
+            say("FL208", active.name,
+                f"SkipBlock {active.name!r} added to the gradients its previous run left (no zero_grad before its "
+                "first backward, or an accumulation window that spans the end of an epoch): its checkpoints now "
+                "keep p.grad too, so a replay restores them; the checkpoint of its first run has none, and a replay "
+                "re-executes that run. If the carry-over is not intended, call optimizer.zero_grad() at the start "
+                "of the block")

@@ -35,14 +35,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any, Collection, Iterable
 
 from .._files import StoreFileError, open_append, read_text
+from .._fmt import listed
+from ..errors import ReplayError
 from .frames import (CO_OPTIMIZED, _NUMBERS, _fingerprint, _maybe_scalar, _plain_now, _same_key, _scalar_like,
                      _skipped, _state_like, loop_targets)
-from .plain import _CONTAINERS, _SCALARS, MAX_ITEMS, NotPlain, encode
+from .plain import _CONTAINERS, _SCALARS, MAX_ITEMS, NotPlain, decode, encode
+from .probe import Say
 
 __all__ = ["LoopFrame", "MAX_VARS", "OuterStateWriter", "read_outer_state"]
 
@@ -253,3 +257,82 @@ def read_outer_state(path: Path, epoch: int) -> dict[str, Any] | None:
     unchanged = found.get("unchanged")  # absent in a recording of an older flor: every variable is restored
     found["unchanged"] = [n for n in unchanged if isinstance(n, str)] if isinstance(unchanged, list) else []
     return found
+
+
+class LoopState:
+    """The loop's own variables for a session: noted at each epoch's end while recording
+    (``epoch_end``), set before a mid-run worker's first epoch while replaying (``restore``).
+    Never raises into training; a replay's restore says what it set and names what it could not."""
+
+    def __init__(self, frame: FrameType | None, path: Path) -> None:
+        self.loop = LoopFrame(frame) if frame is not None else None
+        self.path = path
+        self.file: OuterStateWriter | None = None
+        self.seconds = 0.0  # noting, all epochs together: charged to the overhead budget
+
+    def start(self) -> None:
+        if self.loop is not None:
+            self.loop.start()
+            self.file = OuterStateWriter(self.path)
+
+    def epoch_end(self, epoch: int, passed: Iterable[int]) -> None:
+        """Note the state the next epoch starts from, for a replay worker that starts there."""
+        if self.loop is None or self.file is None:
+            return
+        t0 = time.perf_counter()
+        try:
+            state = self.loop.capture(passed)
+        except Exception as exc:  # noqa: BLE001 - never stops training; a replay names what is missing
+            state = {"vars": {}, "unrestorable": [], "error": repr(exc)}
+        self.file.write(epoch, state)
+        self.seconds += time.perf_counter() - t0
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+        if self.file is not None:
+            self.file.close()
+
+    def restore(self, after: int, say: Say, *, strict: bool = False) -> tuple[list[str], list[str]]:
+        """Give the loop's own variables (best value, patience, EMA, counters) the values the
+        recording had at the end of epoch ``after``; ``(set, left)``: the names set as recorded, and
+        those this worker cannot restore (``strict``: a ReplayError instead)."""
+        loop = self.loop
+        if loop is None:
+            return [], []
+        missing: list[str] = []
+        try:
+            rec = read_outer_state(self.path, after)
+            if rec is None:
+                say("FL319", after, f"the recording has no outer-loop state for epoch {after} (its write failed): "
+                    "variables of the loop outside end() start as the script sets them before the loop; replay "
+                    "with --flor_strong if they matter")
+                return [], []
+            values, missing = {}, list(rec["unrestorable"])
+            own = set(rec["unchanged"]) & set(rec["vars"])
+            for name, node in rec["vars"].items():
+                if name in own:  # the loop had not changed it: as this worker's code before the loop set it
+                    continue
+                try:
+                    values[str(name)] = decode(node)
+                except (ValueError, TypeError, AttributeError):
+                    missing.append(str(name))
+            missing += loop.restore(values)
+            restored = sorted(set(values) - set(missing))
+            if restored:
+                say("FL320", "set", f"outer-loop variables restored as recorded at the end of epoch {after}: "
+                    f"{listed(restored, 12)}")
+            if own:
+                say("FL320", "own", f"outer-loop variables the recording's loop had not changed by epoch {after}, "
+                    f"left as this worker set them before the loop: {listed(sorted(own), 12)}")
+        finally:
+            loop.close()
+        if missing:
+            names = ", ".join(sorted(set(missing)))
+            text = (f"outer-loop variables of {loop.where} that this worker (starting at epoch {after + 1}) "
+                    f"cannot restore: {names}. They are not plain data (or too big) and changed in the loop; "
+                    "pass them to SkipBlock.end(), or replay with --flor_strong")
+            if strict:
+                raise ReplayError(text + " (--flor_strict)")
+            say("FL322", None, text)
+        return restored, sorted(set(missing))

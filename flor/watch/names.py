@@ -5,11 +5,13 @@ those ``end()`` is given that were unbound when the block was first entered
 from __future__ import annotations
 
 from types import FrameType
+from typing import Any
 
 from ..source.blocks import _tree, stale_names
 from .frames import frame_variables
+from .probe import Probe, Say, View
 
-__all__ = ["block_site", "stale_at_end", "stale_note", "unbound_given", "warn_bindings"]
+__all__ = ["NamesProbe", "block_site", "stale_at_end", "unbound_given"]
 
 def block_site(frame: FrameType | None) -> tuple[str, int, set[str]] | None:
     """Where a block is entered (file, line) and the names bound there, for ``stale_names`` and
@@ -47,30 +49,49 @@ def unbound_given(site: tuple[str, int, set[str]] | None, frame: FrameType | Non
         return []
 
 
+class NamesProbe(Probe):
+    """Names a block binds that a restore does not (``stale_at_end``, ``unbound_given``), named
+    once a block: at its first ``end()`` while recording, at its first restore while replaying
+    (the script as it is now). The probes before it put what they note or name in
+    ``view.named``: a name set as recorded is not stale."""
 
-def warn_bindings(name: str, stale: list[str], unbound: list[str]) -> None:
-    """Warn, while recording, about the names ``stale_at_end`` and ``unbound_given`` found. Never
-    raises, even under ``-W error``: it only advises."""
-    from ..errors import warn
+    def __init__(self) -> None:
+        self.sites: dict[str, tuple[str, int, set[str]] | None] = {}
+        self.done: set[str] = set()
 
-    try:
+    def enter(self, view: View, say: Say) -> None:
+        if view.block not in self.done and view.block not in self.sites:
+            self.sites[view.block] = block_site(view.frame)
+
+    def leave(self, view: View, say: Say) -> None:
+        if view.block in self.done or view.replay:
+            return
+        self.done.add(view.block)
+        site = self.sites.pop(view.block, None)
+        name = view.block
+        for var in stale_at_end(site, view.frame):
+            if var not in view.named:
+                say("FL204", (name, var),
+                    f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after "
+                    f"end() reads: a replay that restores {name!r} skips the block, so `{var}` keeps the value it had "
+                    f"before it (or is not defined); bind it before the loop (`{var} = None`) and pass it: "
+                    f"`..., {var} = flor.SkipBlock.end(..., {var})`")
+        for var in unbound_given(site, view.frame, view.objs):
+            say("FL205", (name, var),
+                f"SkipBlock.end({name!r}) is given `{var}`, which was not bound when the block was first entered: a "
+                f"replay that restores that run skips the block, and `{var}` is not defined when end() is called "
+                f"(NameError); bind it before the loop ({var} = None)")
+
+    def restore(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        if view.block in self.done:
+            return []
+        self.done.add(view.block)
+        name = view.block
+        stale = [var for var in stale_at_end(self.sites.pop(name, None), view.frame) if var not in view.named]
         for var in stale:
-            warn("FL204", f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() "
-                 f"reads: a replay that restores {name!r} skips the block, so `{var}` keeps the value it had before "
-                 f"it (or is not defined); bind it before the loop (`{var} = None`) and pass it: "
-                 f"`..., {var} = flor.SkipBlock.end(..., {var})`")
-        for var in unbound:
-            warn("FL205", f"SkipBlock.end({name!r}) is given `{var}`, which was not bound when the block was first entered: a "
-                 f"replay that restores that run skips the block, and `{var}` is not defined when end() is called "
-                 f"(NameError); bind it before the loop ({var} = None)")
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-        return
-
-
-
-def stale_note(name: str, stale: list[str]) -> list[str]:
-    """The replay's notes about the names ``stale_at_end`` found in the script as it is now."""
-    return [f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() reads: "
-            f"where {name!r} is restored, `{var}` keeps the value it had before the block (or is not defined), "
-            f"unlike a full re-execution; pass it to end() (and bind it before the loop) and record again"
-            for var in stale]
+            say("FL204", (name, var),
+                f"SkipBlock.end({name!r}) is not given `{var}`, which the block assigns and the code after end() "
+                f"reads: where {name!r} is restored, `{var}` keeps the value it had before the block (or is not "
+                "defined), unlike a full re-execution; pass it to end() (and bind it before the loop) and record "
+                "again")
+        return stale

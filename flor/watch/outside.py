@@ -5,7 +5,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["MAX_OUTSIDE", "OutsideChanges"]
+from .._fmt import listed
+from .probe import Probe, Say, View
+
+__all__ = ["MAX_OUTSIDE", "OutsideChanges", "OutsideProbe"]
 
 #: the most tensor names one block's ``OutsideChanges`` notes or reads back
 MAX_OUTSIDE = 64
@@ -56,3 +59,38 @@ class OutsideChanges:
                               if t._version != version}.items())[:MAX_OUTSIDE])
         except Exception:  # noqa: BLE001 - as above
             return {}
+
+
+class OutsideProbe(Probe):
+    """``OutsideChanges`` as a probe: the in-place changes since the last ``end()`` are read at
+    each ``step_into``; recording, they are noted with the block run (``"outside"``); replaying,
+    others than the recording's are named once (``check``) and returned for the verdict."""
+
+    def __init__(self) -> None:
+        self.changes = OutsideChanges()
+        self.found: dict[str, int] = {}
+        self.said = False
+
+    def enter(self, view: View, say: Say) -> None:
+        self.found = self.changes.started()
+
+    def leave(self, view: View, say: Say) -> None:
+        if self.found and not view.replay:
+            view.noted["outside"] = self.found
+        self.found = {}
+        self.changes.ended(view.objs)
+
+    def check(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        if not self.found or self.said:
+            return []
+        recorded = noted.get("outside", {})
+        new = [path for path, ops in self.found.items() if recorded.get(path) != ops]
+        if new:
+            self.said = True
+            say("FL328", None, f"code outside the blocks changed {listed(new, 4)} in place before {view.block!r} at "
+                f"epoch {view.epoch}, where the recorded script did not (a hindsight line that runs the model in "
+                "training mode updates BatchNorm statistics; one that steps an optimizer changes the weights): a "
+                "full run of this script trains on from there, while this replay restores or re-executes the "
+                "recorded training, so its later values are not a full run's; evaluate on a copy "
+                "(copy.deepcopy(model).eval()) or under model.eval()")
+        return new

@@ -1,23 +1,21 @@
-"""What the objects given to ``SkipBlock.end`` are, for the messages about them.
+"""State the script can reach that ``end()`` was not given: three probes.
 
-Two mistakes are easy to make and costly to find later:
+Three mistakes are easy to make and costly to find later:
 
 - an optimizer is given but its LR scheduler or GradScaler is not, so their state is not
   checkpointed and a replay that restores the block starts them fresh. ``forgotten`` finds
-  them, once per block, among the variables of the frame that calls ``end()``;
+  them, once per block, among the variables of the frame that calls ``end()`` (``SchedulerProbe``);
 - a random generator of the script's own (``torch.Generator()`` behind a shuffling DataLoader,
   ``np.random.default_rng(0)``, ``random.Random(0)``) is drawn from inside the block but not
   given, and it is none of the global generators flor captures (``flor.state.rng``): a replay
   that restores the block leaves it where it was, and later epochs draw other numbers.
   ``watch_generators`` fingerprints those in the calling frame (and a DataLoader's) when a
   block is first entered, ``drawn_generators`` keeps the ones that changed by its end, and
-  ``warn_generators`` names those the next entry finds untouched since (not reseeded);
+  ``GeneratorProbe`` names those the next entry finds untouched since (not reseeded);
 - a list, dict, set or deque of the script's own (a history of batch losses) grows inside the
   block but is not given: a replay that restores the block leaves it as it was.
   ``watch_containers`` notes their lengths when a block is first entered and
-  ``grown_containers`` the ones that changed by its end;
-- on replay, ``end()`` gets other objects than the recording did. ``arity_message`` says
-  which are missing or extra, by position and type, from the classes the manifest kept.
+  ``grown_containers`` the ones that changed by its end (``ContainerProbe``).
 
 >>> import torch
 >>> net = torch.nn.Linear(2, 1)
@@ -38,11 +36,11 @@ from types import FrameType
 from typing import Any, Iterable, Mapping
 
 from ..state.describe import article, describe
-from .frames import _own_object, caller_frame, frame_variables, given_ids
+from .frames import _own_object, frame_variables, given_ids
+from .probe import Probe, Say, View
 
-__all__ = ["GENERATOR_DEPTH", "drawn_generators", "forgotten", "forgotten_in_replay", "generators",
-           "grown_containers", "warn_containers", "warn_forgotten", "warn_generators", "watch_containers",
-           "watch_generators"]
+__all__ = ["GENERATOR_DEPTH", "ContainerProbe", "GeneratorProbe", "SchedulerProbe", "drawn_generators", "forgotten",
+           "generators", "grown_containers", "watch_containers", "watch_generators"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
@@ -74,36 +72,6 @@ def forgotten(objs: tuple, variables: Mapping[str, Any]) -> list[tuple[str, str,
             if enabled:
                 found[id(value)] = (var, describe(value), "a GradScaler beside the optimizer it was given")
     return sorted(found.values())
-
-
-def warn_forgotten(name: str, objs: tuple) -> None:
-    """Warn about the schedulers and scalers that ``end(*objs)`` of block ``name`` left out (call it
-    once a block: it reads the calling frame's variables). Never raises: it only advises."""
-    from ..errors import warn
-
-    try:
-        for var, kind, why in forgotten(objs, frame_variables(caller_frame())):
-            warn("FL201", f"SkipBlock.end({name!r}) was not given `{var}` ({article(kind)}, {why}): its state is not "
-                 f"checkpointed, so a replay that restores {name!r} starts it fresh and its values diverge; "
-                 f"pass it to SkipBlock.end(..., {var})")
-    except Exception:  # noqa: BLE001 - advice that cannot be given (even under -W error) must not stop training
-        return
-
-
-def forgotten_in_replay(name: str, objs: tuple) -> list[tuple[str, str]]:
-    """What a replay that restores block ``name`` says about the schedulers and scalers its
-    ``end(*objs)`` leaves out (read from the calling frame, as ``warn_forgotten`` does while
-    recording): the restore puts back the optimizer but not them, so a value read from them
-    differs from a full re-execution even where every block verifies: ``(variable, note)``.
-    Never raises."""
-    try:
-        return [(var, f"SkipBlock.end({name!r}) is not given `{var}` ({article(kind)}, {why}): this replay cannot restore "
-                f"its state, so values read from it (a learning rate, a plateau count, a loss scale) may differ "
-                f"from a full re-execution although the blocks verify; pass it to SkipBlock.end(..., {var}) "
-                f"and record again")
-                for var, kind, why in forgotten(objs, frame_variables(caller_frame()))]
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop the replay
-        return []
 
 
 # -- random generators of the script's own ------------------------------------------------
@@ -244,28 +212,6 @@ def drawn_generators(watched: list[tuple[str, Any, bytes]], objs: tuple) -> list
         return []
 
 
-def warn_generators(name: str, drawn: list[tuple[str, Any, bytes]]) -> None:
-    """As block ``name`` is entered again: warn about each generator in ``drawn`` (see
-    ``drawn_generators``) still where the block's first run left it, so that this epoch draws on
-    from the block's draws, which a replay that restores the block does not make. One reseeded
-    or drawn from in between (``g.manual_seed(seed + epoch)`` before the block) is left alone:
-    a reseed makes it the same in a replay. Never raises, even under ``-W error``: it only
-    advises."""
-    from ..errors import warn
-
-    try:
-        for var, gen, after in drawn:
-            if _fingerprint(gen) != after:
-                continue
-            warn("FL202", f"SkipBlock.end({name!r}) was not given `{var}` ({article(describe(gen))}, a random generator the "
-                 f"block drew from): flor checkpoints the generators given to end() and the global ones (Python's, "
-                 f"NumPy's, torch's) only, so a replay that restores {name!r} leaves `{var}` where it was and later "
-                 "epochs draw other numbers than the recording did (a DataLoader's shuffling order, random crops); "
-                 f"pass it to SkipBlock.end(..., {var})")
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-        return
-
-
 # -- containers of the script's own ----------------------------------------------------------
 
 #: and their subclasses: a Counter, a defaultdict(list), an OrderedDict
@@ -304,19 +250,88 @@ def grown_containers(watched: list[tuple[str, Any, int]], objs: tuple) -> list[t
         return []
 
 
-def warn_containers(name: str, grown: list[tuple[str, str, int, int]]) -> None:
-    """Warn about each container ``grown_containers`` found: a replay that restores block ``name``
-    does not change it, so what reads it after the block (a history, a count) is not what a full
-    run gives. Never raises, even under ``-W error``: it only advises."""
-    from ..errors import warn
-
-    try:
-        for var, kind, before, after in grown:
-            warn("FL203", f"SkipBlock.end({name!r}) was not given `{var}` ({article(kind)} the block changed from {before} to "
-                 f"{after} items): flor checkpoints only what end() is given, so a replay that restores {name!r} "
-                 f"leaves `{var}` as it was and values read from it after the block differ from the recording's; "
-                 f"pass it to SkipBlock.end(..., {var})")
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-        return
+# -- the probes ------------------------------------------------------------------------------
 
 
+class SchedulerProbe(Probe):
+    """Names, once a block, an LR scheduler or GradScaler of a given optimizer that ``end()`` was
+    not given (``forgotten``): at its first ``end()`` while recording, at its first restore while
+    replaying (the restore cannot set it, so the verdict names it)."""
+
+    def __init__(self) -> None:
+        self.checked: set[str] = set()  # blocks a replay restored once
+
+    def leave(self, view: View, say: Say) -> None:
+        if not view.first or view.replay:
+            return
+        for var, kind, why in forgotten(view.objs, frame_variables(view.frame)):
+            say("FL201", (view.block, var),
+                f"SkipBlock.end({view.block!r}) was not given `{var}` ({article(kind)}, {why}): its state is not "
+                f"checkpointed, so a replay that restores {view.block!r} starts it fresh and its values diverge; "
+                f"pass it to SkipBlock.end(..., {var})")
+
+    def restore(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        if view.block in self.checked:
+            return []
+        self.checked.add(view.block)
+        found = forgotten(view.objs, frame_variables(view.frame))
+        for var, kind, why in found:
+            say("FL201", (view.block, var),
+                f"SkipBlock.end({view.block!r}) is not given `{var}` ({article(kind)}, {why}): this replay cannot "
+                f"restore its state, so values read from it (a learning rate, a plateau count, a loss scale) may "
+                f"differ from a full re-execution although the blocks verify; pass it to SkipBlock.end(..., {var}) "
+                "and record again")
+        return [var for var, _, _ in found]
+
+
+class GeneratorProbe(Probe):
+    """A random generator of the script's own that a block's first run drew from and ``end()``
+    was not given: fingerprinted at the block's first entry, compared at its end, and named at
+    its second entry if still where the first run left it (``watch_generators``,
+    ``drawn_generators``): a reseed in between makes it the same in a replay."""
+
+    def __init__(self) -> None:
+        self.watched: dict[str, list[tuple[str, Any, bytes]]] = {}
+        self.drawn: dict[str, list[tuple[str, Any, bytes]]] = {}
+
+    def enter(self, view: View, say: Say) -> None:
+        if view.first:
+            self.watched[view.block] = watch_generators(view.frame)
+            return
+        for var, gen, after in self.drawn.pop(view.block, []):
+            if _fingerprint(gen) == after:
+                say("FL202", (view.block, var),
+                    f"SkipBlock.end({view.block!r}) was not given `{var}` ({article(describe(gen))}, a random "
+                    "generator the block drew from): flor checkpoints the generators given to end() and the global "
+                    f"ones (Python's, NumPy's, torch's) only, so a replay that restores {view.block!r} leaves `{var}` "
+                    "where it was and later epochs draw other numbers than the recording did (a DataLoader's "
+                    f"shuffling order, random crops); pass it to SkipBlock.end(..., {var})")
+
+    def leave(self, view: View, say: Say) -> None:
+        if view.first:
+            self.drawn[view.block] = drawn_generators(self.watched.pop(view.block, []), view.objs)
+
+
+class ContainerProbe(Probe):
+    """A list, dict, set or deque of the script's own that a block's first run resized and that
+    ``end()`` was not given, nor noted as plain data by ``VariablesProbe`` (which runs first)."""
+
+    def __init__(self) -> None:
+        self.watched: dict[str, list[tuple[str, Any, int]]] = {}
+
+    def enter(self, view: View, say: Say) -> None:
+        if view.first:
+            self.watched[view.block] = watch_containers(view.frame)
+
+    def leave(self, view: View, say: Say) -> None:
+        if not view.first:
+            return
+        noted = view.noted.get("vars", {})
+        for var, kind, before, after in grown_containers(self.watched.pop(view.block, []), view.objs):
+            if var in noted:  # set as recorded by a replay that restores the block
+                continue
+            say("FL203", (view.block, var),
+                f"SkipBlock.end({view.block!r}) was not given `{var}` ({article(kind)} the block changed from "
+                f"{before} to {after} items): flor checkpoints only what end() is given, so a replay that restores "
+                f"{view.block!r} leaves `{var}` as it was and values read from it after the block differ from the "
+                f"recording's; pass it to SkipBlock.end(..., {var})")

@@ -10,14 +10,16 @@ from types import FrameType
 from typing import Any, Collection
 
 from .._files import StoreFileError, read_text
-from .attributes import ATTR_DEPTH, object_attrs
+from .._fmt import listed
+from .attributes import ATTR_DEPTH, object_attrs, restore_attrs
 from .frames import (CO_OPTIMIZED, _changed, _holds_state, given_ids, _keys, _own_object, _plain_now, _skipped,
                      global_names)
 from .loop import LoopFrame
 from .outside import MAX_OUTSIDE
-from .plain import _CONTAINERS, BLOCK_MAX_ITEMS, encode
+from .plain import _CONTAINERS, BLOCK_MAX_ITEMS, decode, encode
+from .probe import Probe, Say, View
 
-__all__ = ["BlockVars", "read_block_state", "restore_globals", "stored_globals", "warn_unnoted"]
+__all__ = ["BlockVars", "VariablesProbe", "read_block_state", "restore_globals", "stored_globals"]
 
 class BlockVars:
     """The plain-data variables a SkipBlock changes outside the objects given to ``end()``.
@@ -73,7 +75,8 @@ class BlockVars:
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             self.frames.pop(name, None)
 
-    def leave(self, name: str, objs: tuple = ()) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, str]]]:
+    def leave(self, name: str, objs: tuple = (), passed: set[int] | None = None,
+              ) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, str]]]:
         """``{variable: encoded}`` of those the block changed since ``enter``, but for a container
         given to ``end()`` (its checkpoint holds it); ``{"globals": ..., "attrs": ...}``, where
         not empty, of the module globals a block in a function changed that the function
@@ -92,7 +95,7 @@ class BlockVars:
             given = self.given[name] = {id(o) for o in objs if type(o) in _CONTAINERS}
             plain = lf._plain(given, skip=given)
             changed = {var: value for var, value in _changed(plain, initial).items() if id(now.get(var)) not in given}
-            passed = self.passed[name] = given_ids(objs)
+            passed = self.passed[name] = given_ids(objs) if passed is None else passed
             was = self.attrs_initial.pop(name, {})
             plain_attrs = object_attrs(now, passed)
             attrs = {var: diff for var, found in plain_attrs.items() if (diff := _changed(found, was.get(var, {})))}
@@ -209,21 +212,71 @@ def _named(names: dict) -> dict[str, Any]:
     return {k: v for k, v in names.items() if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
 
 
-def warn_unnoted(name: str, epoch: int | None, lost: list[tuple[str, str]]) -> None:
-    """Warn about variables block ``name`` changes outside ``end()`` that cannot be noted
-    (``flor.watch.variables.BlockVars.leave``): a replay that restores the block leaves them as they
-    were. Never raises: it only advises."""
-    from ..errors import warn
-    try:
-        where = "" if epoch is None else f" at epoch {epoch}"
+class VariablesProbe(Probe):
+    """A block run's plain variables, the globals it declares and the attributes of the script's
+    own objects: noted at ``end()`` where they changed (``BlockVars``), set by a replay that
+    restores the run. What changed but cannot be noted (not plain data, too big) is named once."""
+
+    def __init__(self) -> None:
+        self.vars = BlockVars()
+        self.restored: set[str] = set()  # blocks whose restore a note named
+
+    def enter(self, view: View, say: Say) -> None:
+        if not view.replay:
+            self.vars.enter(view.block, view.frame)
+
+    def leave(self, view: View, say: Say) -> None:
+        if view.replay:
+            return
+        changed, more, lost = self.vars.leave(view.block, view.objs, view.given)
+        if changed:
+            view.noted["vars"] = changed
+        view.noted.update(more)
+        view.named.update(changed, more.get("globals", ()), (var for var, _ in lost))
+        where = "" if view.epoch is None else f" at epoch {view.epoch}"
         for var, what in lost:
             if what == "too big":
-                first = (f"`{var}`, which SkipBlock {name!r} changes outside end(), is no longer plain data of at "
-                         f"most {BLOCK_MAX_ITEMS} items{where}")
+                first = (f"`{var}`, which SkipBlock {view.block!r} changes outside end(), is no longer plain data "
+                         f"of at most {BLOCK_MAX_ITEMS} items{where}")
             else:
-                first = f"SkipBlock {name!r} bound `{var}` outside end(){where} to state that is not plain data"
-            warn("FL207", f"{first}: a replay that restores {name!r} leaves `{var}` as it was, so values read from it after "
-                 f"the block differ from the recording's; pass it to SkipBlock.end(..., {var}) and use what end() "
-                 "returns")
-    except Exception:  # noqa: BLE001 - advice that cannot be given must not stop training
-        return
+                first = f"SkipBlock {view.block!r} bound `{var}` outside end(){where} to state that is not plain data"
+            say("FL207", (view.block, var),
+                f"{first}: a replay that restores {view.block!r} leaves `{var}` as it was, so values read from it "
+                f"after the block differ from the recording's; pass it to SkipBlock.end(..., {var}) and use what "
+                "end() returns")
+
+    def restore(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        """Set the variables, globals and attributes noted for this run as they were at its end."""
+        view.named.update(noted.get("ever", ()))  # noted at some run of the block: not stale (NamesProbe)
+        if not any(noted.get(part) for part in ("vars", "globals", "attrs")):
+            return []
+        missing: list[str] = []
+
+        def decoded(found: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+            out = {}
+            for var, node in found.items():
+                try:
+                    out[var] = decode(node)
+                except (ValueError, TypeError, AttributeError):
+                    missing.append(prefix + var)
+            return out
+
+        values, module = decoded(noted.get("vars", {})), decoded(noted.get("globals", {}))
+        attrs = {var: decoded(found, f"{var}.") for var, found in noted.get("attrs", {}).items()}
+        named = set(values) | set(module) | {f"{var}.{attr}" for var, found in attrs.items() for attr in found}
+        frame = view.frame
+        if frame is None:
+            missing += sorted(named)
+        else:
+            lf = LoopFrame(frame)
+            missing += lf.restore(values) + restore_globals(frame, module) + restore_attrs(lf.variables(), attrs)
+        if view.block not in self.restored:
+            self.restored.add(view.block)
+            done = sorted(named - set(missing))
+            if done:
+                say("FL326", (view.block, "set"), f"variables block {view.block!r} changes outside end() are set as "
+                    f"recorded where it is restored: {listed(done, 12)}")
+            if missing:
+                say("FL326", (view.block, "left"), f"variables block {view.block!r} changes outside end() that could "
+                    f"not be set where it is restored: {listed(sorted(missing), 12)}; pass them to SkipBlock.end")
+        return missing

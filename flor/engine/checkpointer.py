@@ -1,14 +1,18 @@
 """A recording's checkpoints: the snapshot on the training thread, the job that stores it on
-the background writer, and what the budget is charged with (``Checkpointing``, a part of
-``flor.engine.record.RecordSession``)."""
+the background writer, and what the budget is charged with (``Checkpointer``, a part
+``flor.engine.record.RecordSession`` owns)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from ..placement import OffCpu
-from ..policy import charge_for
+import threading
+from typing import Callable
+
+from ..placement import IdleMeter, OffCpu
+from ..policy import CheckpointPolicy, charge_for
+from ..settings import Settings
 # here, not per checkpoint: an import statement costs ~10 us with cold caches
 from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, same_rng, snapshot,
                      snapshot_rng)
@@ -16,22 +20,54 @@ from ..state.grads import module_grads
 from ..store.hashing import hash_bytes
 from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes
 from ..store.trust import signer
+from ..store import BackgroundWriter, ExperimentStore
 from ..store.writer import give_turn
+from .runrecord import RunRecord
 
 IDLE_EVERY_S = 2.0  # how often the writer reads the idle cores (flor.placement.IdleMeter, flor.policy.charge_for)
 
-__all__ = ["Checkpointing"]
+__all__ = ["Checkpointer"]
 
 
-class Checkpointing:
-    """``RecordSession``'s checkpoints (its state: ``pool``, ``packs``, ``trees``, ``last_rng``,
-    ``snapshot_bytes``, the writer, the store, the policy and the idle meter)."""
+class Checkpointer:
+    """A recording's checkpoints: the background writer and the policy, the snapshot buffers
+    (``pool``, ``packs``, ``trees``: flor.state), each block's last RNG capture and snapshot size,
+    and what the background work cost (``background_cpu_s``, ``bytes_written``).
+
+    ``say(code, subject, text)`` warns once; ``record`` is the run's run.json."""
+
+    def __init__(self, store: ExperimentStore, run: str, record: RunRecord, settings: Settings,
+                 say: Callable[[str, Any, str], Any]) -> None:
+        self.store, self.run, self.record, self.settings, self.say = store, run, record, settings, say
+        self.meta = record.meta
+        self.writer = BackgroundWriter(budget=settings.writer_memory)  # never blocks training; see writer.py
+        self.policy = CheckpointPolicy(overhead=settings.overhead, every=settings.every)
+        self.spool: Any = None  # flor.store.sync.BackgroundSpool, when spooling
+        self.snapshot_bytes: dict[str, int] = {}  # per block: the size of its last snapshot
+        self.pool: Any = None  # snapshot buffers and where small leaves went (flor.state), on first use
+        self.packs: Any = None
+        self.trees: dict[str, Any] = {}  # block name -> flor.state.TreeCache
+        self.last_rng: dict[str, tuple] = {}  # block name -> its last checkpoint's RNG capture, stored tree and text
+        self.rng_start: Any = None  # the RNG state the open block started from (captured at step_into)
+        self.background_cpu_s = 0.0
+        self.background_seen = 0.0  # background_cpu_s at the last idle-core reading
+        self.idle_meter = IdleMeter()  # restarted when the loop starts
+        self.charge_read = False  # whether the writer has chosen the charge (flor.policy) yet
+        self.off_cpu = threading.local()  # .meter: each training thread's OffCpu (a new thread, a new clock)
+        self.bytes_written = 0
+
+    def block_started(self) -> None:
+        """The RNG state the block starts from: a replay that re-executes the block starts it from
+        here too, even when the script never seeded Python's or NumPy's generator."""
+        t0 = time.perf_counter()
+        self.rng_start = capture_rng(raw=True)  # for snapshot_rng only: raw bytes where it can
+        self.record.timing("start_s", time.perf_counter() - t0)  # fixed cost too
 
     def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float) -> None:
         if self.pool is None:
             self.pool, self.packs = BufferPool(), PackIndex()
         if not self.writer.has_room(self.snapshot_bytes.get(name, 0)):  # behind: skip, never wait
-            self._skipped(name, epoch, "writer behind")
+            self.skipped(name, epoch, "writer behind")
             return
         t0 = time.perf_counter()
         try:
@@ -104,18 +140,16 @@ class Checkpointing:
             held = max(cpu - io_s - sum(nogil), 0.0)  # outside the system calls and the hashing: holding the GIL
             waited = trainer.since(mark)  # of which training can have waited for at most this
             charged = self.policy.observe_background(name, cpu, held=held, first=first, waited=waited)
-            with self._meta_lock:  # per checkpoint, in the order written: the GIL time and what training waited of it
-                self.meta.timings.setdefault("gil_s", []).append(round(held, 6))
-                self.meta.timings.setdefault("gil_waited_s", []).append(round(charged, 6))
+            # per checkpoint, in the order written: the GIL time and what training waited of it
+            self.record.timing("gil_s", held, "gil_waited_s", charged)
 
         if not self.writer.try_submit(job, nbytes, lambda exc: self._failed(name, epoch, exc), label=(name, epoch)):
-            self._skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
+            self.skipped(name, epoch, "writer behind")  # larger than the last one and no room: dropped
             return
         stall = time.perf_counter() - t0  # the snapshot (the writer never makes training wait)
         self.policy.observe(name, epoch, stall=stall, first=first)
-        self.meta.timings.setdefault("stall_s", []).append(round(stall, 6))
-        self.meta.timings.setdefault("copy_s", []).append(round(objects.copy_s, 6))  # of it: copying bytes
-        self.meta.timings.setdefault("encoded", []).append(objects.encoded)  # "fast", "learned" or "full"
+        # of it: copying bytes; and how it was encoded: "fast", "learned" or "full"
+        self.record.timing("stall_s", stall, "copy_s", objects.copy_s, "encoded", objects.encoded)
 
     def _choose_charge(self) -> None:
         """What the budget is charged with (``flor.policy``), for the checkpoints to come; on the
@@ -151,7 +185,7 @@ class Checkpointing:
         try:
             return snapshot(module_grads(objs), pool=self.pool)
         except Exception as exc:  # noqa: BLE001 - never stops training
-            self.warn_once("FL102", name, f"the gradients of block {name!r} could not be checkpointed at epoch "
+            self.say("FL102", name, f"the gradients of block {name!r} could not be checkpointed at epoch "
                            f"{epoch} ({exc}); a replay re-executes the block from an earlier checkpoint instead")
             return None
 
@@ -177,8 +211,17 @@ class Checkpointing:
         pickled = any('"pickle"' in text for text in done.values()) and has_pickles(manifest)
         return sealed_bytes(manifest, sign=signer(self.settings.config_dir) if pickled else None, done=done), done["rng"]
 
+    def skipped(self, name: str, epoch: int | None, reason: str) -> None:
+        """A checkpoint not taken (the writer is behind) or abandoned (the exit flush timed out)."""
+        self.record.checkpoint_skipped(name, epoch, reason)
+        if reason == "writer behind":
+            self.say("FL103", None, (
+                f"the background writer is behind ({self.writer.pending_bytes / 2**20:.0f} MiB of checkpoints queued, "
+                f"the limit is {self.writer.budget / 2**20:.0f} MiB, FLOR_WRITER_MEMORY): checkpoint of block {name!r} "
+                f"at epoch {epoch} skipped rather than making training wait; replay re-executes such epochs "
+                "(run.json: checkpoint_skipped)"))
+
     def _failed(self, name: str, epoch: int | None, exc: BaseException) -> None:
-        with self._meta_lock:
-            self.meta.checkpoint_failures.append({"block": name, "epoch": epoch, "error": repr(exc)})
-        self.warn_once("FL101", None, f"checkpoint of block {name!r} at epoch {epoch} failed ({exc}); training "
+        self.record.checkpoint_failed(name, epoch, repr(exc))
+        self.say("FL101", None, f"checkpoint of block {name!r} at epoch {epoch} failed ({exc}); training "
                        "goes on and a replay will re-execute that epoch (run.json lists every failed checkpoint)")

@@ -1,0 +1,145 @@
+"""One protocol for the script's state outside ``end()``, and the one runner of its probes.
+
+A block run hands every probe one view of it (``View``): the block, its epoch and occurrence,
+the script's frame, whether this is the block's first run in this process, and at ``end()``
+what it was given and the ids of those objects (``given_ids``, computed once). A probe has four
+verbs, each optional:
+
+=============  ===========================================================================
+``enter``      at ``step_into`` (record and replay): note what the block starts from
+``leave``      at ``end()``: while recording, put what it notes into ``view.noted`` (it
+               travels with the block's run) and name what it cannot note
+``restore``    at ``end()`` of a block a replay restored, before ``leave``: set what was
+               noted; return the names left as they were (the verdict names them)
+``check``      at ``step_into`` while replaying: compare with what was noted; return what
+               differs (the verdict names it)
+=============  ===========================================================================
+
+A probe never prints: it says findings (``say(code, subject, text)``), and ``Watch`` says each
+(code, subject) once. ``Watch`` is the only place that catches a probe's exception (a probe
+that fails is silent for that run of the block: it only advises, or notes less), and it times
+the probes, so the recording charges their time to the overhead budget
+(``flor.policy.CheckpointPolicy.observe_watch``).
+
+A new kind of state is a new probe in its own file of this package, with in-process unit tests
+(a test function's own frame is a real frame).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Callable, Iterable
+
+from .frames import given_ids
+
+__all__ = ["Probe", "Say", "View", "Watch"]
+
+#: ``say(code, subject, text)``: a finding of ``flor.findings.CATALOGUE`` about ``subject``
+Say = Callable[[str, Any, str], None]
+
+
+@dataclass
+class View:
+    """One run of a block, as every probe sees it."""
+
+    block: str
+    epoch: int | None
+    occ: int
+    frame: FrameType | None
+    first: bool  # the block's first run in this process
+    replay: bool = False  # a replay's block run: ``leave`` notes nothing (a probe may still look)
+    objs: tuple = ()  # what end() was given (at leave and restore)
+    given: set[int] = field(default_factory=set)  # ids of those objects and of those one container deep
+    #: what the probes noted so far at this leave, by part (``vars``, ``globals``, ``attrs``, ``outside``)
+    noted: dict[str, Any] = field(default_factory=dict)
+    #: names already set as noted or named by a finding: a later probe does not name them again
+    named: set[str] = field(default_factory=set)
+
+
+class Probe:
+    """What every probe may do; each verb does nothing unless a probe overrides it."""
+
+    def enter(self, view: View, say: Say) -> None:
+        """At ``step_into``."""
+
+    def leave(self, view: View, say: Say) -> None:
+        """At ``end()`` while recording: add what to note to ``view.noted``."""
+
+    def restore(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        """At ``end()`` of a restored block: set what ``noted`` holds; the names left as they were."""
+        return []
+
+    def check(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        """At ``step_into`` while replaying: compare with what the recording noted; what differs."""
+        return []
+
+
+class Watch:
+    """The probes of a session, run in order; never raises into the script."""
+
+    def __init__(self, probes: Iterable[Probe], say: Say, *, replay: bool = False) -> None:
+        self.probes = list(probes)
+        self.replay = replay
+        self._say = say
+        self.seconds = 0.0  # in the probes, all verbs together: charged to the overhead budget
+        self.failed: dict[str, str] = {}  # probe -> its first exception, for run.json
+        self._entered: set[str] = set()  # blocks entered at least once
+        self._open: View | None = None
+
+    def enter(self, block: str, epoch: int | None, occ: int, frame: FrameType | None,
+              noted: dict[str, Any] | None = None) -> list[str]:
+        """``step_into``: every probe's ``enter``; while replaying (``noted``: what the recording
+        noted for this run, or {}) every probe's ``check`` too, and what they found differs."""
+        view = self._open = View(block, epoch, occ, frame, first=block not in self._entered, replay=self.replay)
+        self._entered.add(block)
+        self._each("enter", view)
+        if noted is None:
+            return []
+        return sorted({name for found in self._each("check", view, noted) for name in found or ()})
+
+    def leave(self, frame: FrameType | None, objs: tuple, restored: dict[str, Any] | None = None,
+              ) -> tuple[dict[str, Any], list[str]]:
+        """``end()``: while replaying a block it restored (``restored``: what the recording noted for
+        this run), every probe's ``restore`` first; then every probe's ``leave``. What the probes
+        noted, and the names a restore left as they were."""
+        view = self._ended(frame, objs)
+        if view is None:
+            return {}, []
+        left: list[str] = []
+        if restored is not None:
+            for found in self._each("restore", view, restored):
+                left += found or []
+        self._each("leave", view)
+        return view.noted, sorted(set(left))
+
+    def drop(self) -> None:
+        """The open block closed without ``end()`` (an exception, ``continue``)."""
+        self._open = None
+
+    def _ended(self, frame: FrameType | None, objs: tuple) -> View | None:
+        view, self._open = self._open, None
+        if view is not None:
+            view.frame, view.objs = frame, objs
+            t0 = time.perf_counter()
+            view.given = given_ids(objs)
+            self.seconds += time.perf_counter() - t0
+        return view
+
+    def say(self, code: str, subject: Any, text: str) -> None:
+        self._say(code, subject, text)
+
+    def _each(self, verb: str, view: View, *args: Any) -> list[Any]:
+        out = []
+        t0 = time.perf_counter()
+        for probe in self.probes:
+            method = getattr(probe, verb)
+            if getattr(method, "__func__", None) is getattr(Probe, verb):
+                continue  # the probe does nothing here
+            try:
+                out.append(method(view, *args, self._say))
+            except Exception as exc:  # noqa: BLE001 - the one never-raise wrapper: a probe only advises
+                self.failed.setdefault(type(probe).__name__, repr(exc)[:300])
+        self.seconds += time.perf_counter() - t0
+        return out
