@@ -75,7 +75,7 @@ def test_a_hostile_block_state_file_sets_only_plain_values_under_plain_names(tmp
     state = next((r.home / "b" / "runs").glob("*/logs/block-state.jsonl"))
     lines = [json.loads(x) for x in state.read_text().splitlines()]
     first = next(x for x in lines if x["epoch"] == 0 and x["block"] == "train")
-    first["vars"].update({"__builtins__": 1, "torch": 2, "evaluate": 3, "flor": {"l": [1]}, "1bad": 4,
+    first["vars"].update({"__builtins__": 1, "torch": 2, "evaluate": 3, "flor": {"t": "list", "v": [1]}, "1bad": 4,
                           "net": 5, "step": {"py": "os.system"}})
     hostile = ["not json", json.dumps([1, 2]), json.dumps({"epoch": "0", "block": "train", "occ": 0, "vars": {}}),
                json.dumps({"epoch": 0, "block": ["train"], "occ": 0, "vars": {}}), json.dumps(first)]
@@ -129,7 +129,7 @@ def test_block_state_reader_keeps_only_well_formed_lines(tmp_path):
 
 
 def test_a_history_grown_past_the_limit_is_named_once(tmp_path):
-    """Past ``BLOCK_MAX_ITEMS`` a history is no longer noted: the recording says so, once."""
+    """Past ``LIMITS.block_items`` a history is no longer noted: the recording says so, once."""
     r = Runner(tmp_path)
     proc = r.run(r.script("block_vars.py", {"hist.append(loss.item())": "hist.extend([loss.item()] * 300)"}),
                  "--flor", "b")

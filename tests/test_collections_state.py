@@ -79,24 +79,28 @@ def test_the_values_come_back_of_their_type():
 
 def test_an_array_of_more_than_256_values_is_not_noted():
     """A label array the script loaded would be encoded and compared at every block run."""
-    from flor.watch.plain import BLOCK_MAX_ITEMS, NotPlain
+    from flor.watch.limits import LIMITS
+    from flor.watch.plain import NotPlain
 
-    encode(np.zeros((16, 16)), BLOCK_MAX_ITEMS)
+    encode(np.zeros((16, 16)), LIMITS.block_items)
     with pytest.raises(NotPlain):
-        encode(np.zeros(257, dtype=np.int64), BLOCK_MAX_ITEMS)
+        encode(np.zeros(257, dtype=np.int64), LIMITS.block_items)
 
 
 @pytest.mark.parametrize("node", [
-    {"nd": "<f8", "s": [10 ** 9], "v": [1.0]},  # a shape its values do not fill: never allocated
-    {"nd": "<f8", "s": [-1, -1], "v": [1.0]},
-    {"nd": "|O", "s": [1], "v": [1]},  # objects
-    {"nd": "<i8", "s": [1], "v": [10 ** 30]},  # an int its dtype cannot hold
-    {"nd": "<f8", "s": [1], "v": ["1"]},
-    {"dd": "os.system", "d": []},  # a factory is one of five builtins, by name
-    {"dd": ["list"], "d": []},
-    {"q": [1], "m": -1},
-    {"q": [1], "m": "3"},
-    {"C": [[{"l": [1]}, 1]]},  # an unhashable key
+    {"t": "ndarray", "dtype": "<f8", "shape": [10 ** 9], "v": [1.0]},  # a shape its values do not fill: never allocated
+    {"t": "ndarray", "dtype": "<f8", "shape": [-1, -1], "v": [1.0]},
+    {"t": "ndarray", "dtype": "|O", "shape": [1], "v": [1]},  # objects
+    {"t": "ndarray", "dtype": "<i8", "shape": [1], "v": [10 ** 30]},  # an int its dtype cannot hold
+    {"t": "ndarray", "dtype": "<f8", "shape": [1], "v": ["1"]},
+    {"t": "defaultdict", "factory": "os.system", "k": [], "v": []},  # a factory is a builtin, by name
+    {"t": "defaultdict", "factory": ["list"], "k": [], "v": []},
+    {"t": "deque", "maxlen": -1, "v": [1]},
+    {"t": "deque", "maxlen": "3", "v": [1]},
+    {"t": "counter", "k": [{"t": "list", "v": [1]}], "v": [1]},  # an unhashable key
+    {"t": "dict", "k": ["a", "b"], "v": [1]},  # keys and values that do not pair
+    {"t": "enum", "cls": "os.system", "name": "x"},  # a class is never imported to decode
+    {"t": "complex", "v": []},
 ])
 def test_a_hostile_value_does_not_decode(node):
     with pytest.raises(ValueError):

@@ -7,20 +7,19 @@ from types import FrameType
 from typing import Any, Collection
 
 from .frames import _own_object, _OWN, _plain_now, _skipped, frame_variables
-from .plain import BLOCK_MAX_ITEMS, encode
+from .limits import LIMITS
+from .plain import encode
 from .probe import Probe, Say, View
 
-__all__ = ["ATTR_DEPTH", "ModuleAttrProbe", "object_attrs", "restore_attrs", "watch_module_attrs"]
+__all__ = ["ModuleAttrProbe", "object_attrs", "restore_attrs", "watch_module_attrs"]
 
-#: how deep ``object_attrs`` looks: ``self.step`` and ``self.state.global_step``
-ATTR_DEPTH = 2
 
 
 
 def object_attrs(variables: dict[str, Any], skip: Collection[int] = ()) -> dict[str, dict[str, Any]]:
     """``{variable: {attribute: encoded}}`` of the plain-data attributes of the script's own
     objects among ``variables`` (``_own_object``: ``self`` in a Trainer's method), and of such
-    objects they hold (``"state.global_step"``, ``ATTR_DEPTH`` names deep), but for those whose
+    objects they hold (``"state.global_step"``, ``LIMITS.attr_depth`` names deep), but for those whose
     ids are in ``skip`` (given to ``end()``: checkpointed whole)."""
     out: dict[str, dict[str, Any]] = {}
     for var, value in variables.items():
@@ -41,11 +40,11 @@ def _plain_attrs(obj: Any, prefix: str, skip: Collection[int], out: dict[str, An
             continue
         own = _OWN.get(type(v))
         if own is not False and (own or _own_object(v)):  # an object of the script's own in an attribute
-            if depth < ATTR_DEPTH:
+            if depth < LIMITS.attr_depth:
                 _plain_attrs(v, f"{prefix}{attr}.", skip, out, depth + 1)
             continue
         try:
-            out[prefix + attr] = encode(v, BLOCK_MAX_ITEMS)
+            out[prefix + attr] = encode(v, LIMITS.block_items)
         except Exception:  # noqa: BLE001 - NotPlain, or an odd value: not noted
             continue
 
@@ -64,7 +63,7 @@ def restore_attrs(variables: dict[str, Any], values: dict[str, dict[str, Any]]) 
             for part in parts[:-1]:  # through the script's own objects only, never a property
                 obj = vars(obj).get(part) if obj is not None and _own_object(obj) else None
             attr = parts[-1]
-            if obj is None or not _own_object(obj) or len(parts) > ATTR_DEPTH:
+            if obj is None or not _own_object(obj) or len(parts) > LIMITS.attr_depth:
                 left.append(f"{var}.{path}")
                 continue
             own = vars(obj)

@@ -12,7 +12,7 @@ import types
 from types import FrameType
 from typing import Any, Iterable
 
-from .plain import _CONTAINERS, _SCALARS
+from .plain import _CONTAINERS, _SCALARS, LEAF_TYPES
 
 __all__ = ["CO_OPTIMIZED", "caller_frame", "frame_variables", "given_ids", "global_names", "left_normally",
            "loop_targets"]
@@ -90,7 +90,7 @@ def _same_key(encoded: Any) -> Any:
 
 def _maybe_scalar(kind: type) -> bool:
     """Whether values of ``kind`` may be plain data: the containers, NumPy scalars, tensors (0-d ones)."""
-    if kind in _CONTAINERS:
+    if kind in _CONTAINERS or issubclass(kind, LEAF_TYPES):
         return True
     np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
     return bool(np is not None and (issubclass(kind, np.generic) or kind is np.ndarray)
@@ -111,10 +111,10 @@ def _scalar_like(value: Any) -> bool:
 def _plain_now(value: Any) -> bool:
     """Data a restore may replace: a scalar, string, list, tuple, dict or ``collections``
     container, a NumPy scalar or numeric array or a 0-d tensor, however long (a history the
-    replay grew past ``MAX_ITEMS`` is still replaced); never a module, function, model or other
+    replay grew past ``LIMITS.items`` is still replaced); never a module, function, model or other
     object the script binds the name to now."""
     kind = type(value)
-    if kind in _SCALARS or kind in _CONTAINERS:
+    if kind in _SCALARS or kind in _CONTAINERS or isinstance(value, LEAF_TYPES):
         return True
     np = sys.modules.get("numpy")
     if np is not None and (isinstance(value, np.generic) or kind is np.ndarray and value.dtype.kind in "biuf"):

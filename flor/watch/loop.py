@@ -12,7 +12,7 @@ str) of them. A
 worker that starts at epoch ``a > 0`` restores the values noted after epoch ``a - 1`` before
 its first epoch runs.
 
-What is not plain data (a list past ``MAX_ITEMS`` items, a dict of tensors, any object) and
+What is not plain data (a list past ``LIMITS.items`` items, a dict of tensors, any object) and
 was bound before the loop and changed in it is *named* instead: the worker says which
 variables it could not restore and how to fix that (pass them to ``end()``, or replay with
 ``--flor_strong``). Locals of a function are written back with ``PyFrame_LocalsToFast`` up
@@ -45,19 +45,18 @@ from .._fmt import listed
 from ..errors import ReplayError
 from .frames import (CO_OPTIMIZED, _NUMBERS, _fingerprint, _maybe_scalar, _plain_now, _same_key, _scalar_like,
                      _skipped, _state_like, loop_targets)
-from .plain import _CONTAINERS, _SCALARS, MAX_ITEMS, NotPlain, decode, encode
+from .limits import LIMITS
+from .plain import _CONTAINERS, _SCALARS, LEAF_TYPES, NotPlain, decode, encode
 from .probe import Say
 
-__all__ = ["LoopFrame", "MAX_VARS", "OuterStateWriter", "read_outer_state"]
+__all__ = ["LoopFrame", "LoopState", "OuterStateWriter", "read_outer_state"]
 
-#: the most variables noted per epoch (a notebook's globals can be many)
-MAX_VARS = 512
 
 
 class LoopFrame:
     """The frame that iterates ``flor.it``: read at epoch boundaries, written back in a replay."""
 
-    def __init__(self, frame: FrameType, limit: int = MAX_ITEMS) -> None:
+    def __init__(self, frame: FrameType, limit: int = LIMITS.items) -> None:
         self.frame: FrameType | None = frame
         self.limit = limit  # the most scalars one variable may hold
         self.track = True  # name what is not plain data (``_not_plain``); a block's frame does not
@@ -131,7 +130,7 @@ class LoopFrame:
                 continue
             if skip and id(value) in skip:
                 continue
-            if kind not in _CONTAINERS and not _scalar_like(value):
+            if kind not in _CONTAINERS and not _scalar_like(value) and not isinstance(value, LEAF_TYPES):
                 if not _maybe_scalar(kind):
                     self.opaque.add(kind)  # a model, a loader, a Namespace: never plain data
                 self._not_plain(name, value, passed)
@@ -142,7 +141,7 @@ class LoopFrame:
                 self._not_plain(name, value, passed)
             except Exception:  # noqa: BLE001 - an odd value (a tensor whose item() fails) is just not noted
                 continue
-            if len(out) >= MAX_VARS:
+            if len(out) >= LIMITS.variables:
                 self.too_many = True
                 break
         return out

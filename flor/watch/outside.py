@@ -6,12 +6,12 @@ import sys
 from typing import Any
 
 from .._fmt import listed
+from .limits import LIMITS
 from .probe import Probe, Say, View
 
-__all__ = ["MAX_OUTSIDE", "OutsideChanges", "OutsideProbe"]
+__all__ = ["OutsideChanges", "OutsideProbe"]
 
 #: the most tensor names one block's ``OutsideChanges`` notes or reads back
-MAX_OUTSIDE = 64
 
 
 
@@ -56,7 +56,7 @@ class OutsideChanges:
             return {}
         try:
             return dict(list({path: t._version - version for path, t, version in watched
-                              if t._version != version}.items())[:MAX_OUTSIDE])
+                              if t._version != version}.items())[:LIMITS.outside])
         except Exception:  # noqa: BLE001 - as above
             return {}
 

@@ -37,9 +37,10 @@ from typing import Any, Iterable, Mapping
 
 from ..state.describe import article, describe
 from .frames import _own_object, frame_variables, given_ids
+from .limits import LIMITS
 from .probe import Probe, Say, View
 
-__all__ = ["GENERATOR_DEPTH", "ContainerProbe", "GeneratorProbe", "SchedulerProbe", "drawn_generators", "forgotten",
+__all__ = ["ContainerProbe", "GeneratorProbe", "SchedulerProbe", "drawn_generators", "forgotten",
            "generators", "grown_containers", "watch_containers", "watch_generators"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
@@ -76,11 +77,6 @@ def forgotten(objs: tuple, variables: Mapping[str, Any]) -> list[tuple[str, str,
 
 # -- random generators of the script's own ------------------------------------------------
 
-#: how many references deep ``generators`` looks from a variable: ``sampler.g``,
-#: ``loader.dataset.rng``, ``loaders['train'].sampler.g``, ``self.loader.sampler.generator``
-GENERATOR_DEPTH = 3
-#: items of a list, tuple or dict it looks at (a dict of loaders, not a list of indices)
-_GENERATOR_ITEMS = 32
 #: where a DataLoader keeps what it draws from: its workers' seeds, its sampler's order, and
 #: a dataset that shuffles or augments with a generator of its own
 _LOADER_PARTS = ("generator", "sampler", "batch_sampler", "dataset")
@@ -117,10 +113,10 @@ def _parts(value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, torch.utils.data.DataLoader):
         return [(f".{attr}", getattr(value, attr, None)) for attr in _LOADER_PARTS]
     if isinstance(value, dict):
-        return [(f"[{key!r}]", v) for key, v in list(value.items())[:_GENERATOR_ITEMS]
+        return [(f"[{key!r}]", v) for key, v in list(value.items())[:LIMITS.reach_items]
                 if isinstance(key, (str, int))]
     if isinstance(value, (list, tuple)):
-        return [(f"[{i}]", v) for i, v in enumerate(value[:_GENERATOR_ITEMS])]
+        return [(f"[{i}]", v) for i, v in enumerate(value[:LIMITS.reach_items])]
     if isinstance(value, (torch.utils.data.Sampler, torch.utils.data.Dataset)) or _own_object(value):
         attrs = getattr(value, "__dict__", None)
         if type(attrs) is dict:
@@ -129,12 +125,12 @@ def _parts(value: Any) -> list[tuple[str, Any]]:
 
 
 def _walk_generators(roots: Iterable[tuple[str, Any]], found: dict[int, tuple[str, Any]]) -> None:
-    """Add to ``found`` (by id) each generator among ``roots`` and up to ``GENERATOR_DEPTH``
+    """Add to ``found`` (by id) each generator among ``roots`` and up to ``LIMITS.reach``
     references into them (``_parts``), nearest first, named by the path that reaches it."""
     kinds, skip = _generator_kinds(), _global_generators()
     seen: set[int] = set()
     level = [(name, value) for name, value in roots if not isinstance(value, _PLAIN)]
-    for depth in range(GENERATOR_DEPTH + 1):
+    for depth in range(LIMITS.reach + 1):
         deeper = []
         for name, value in level:
             if id(value) in seen:
@@ -143,7 +139,7 @@ def _walk_generators(roots: Iterable[tuple[str, Any]], found: dict[int, tuple[st
             if isinstance(value, kinds):
                 if not isinstance(value, random.SystemRandom) and id(value) not in skip and id(value) not in found:
                     found[id(value)] = (name, value)
-            elif depth < GENERATOR_DEPTH:
+            elif depth < LIMITS.reach:
                 deeper += [(name + suffix, inner) for suffix, inner in _parts(value)
                            if inner is not None and not isinstance(inner, _PLAIN)]
         level = deeper
@@ -223,6 +219,7 @@ def watch_containers(frame: FrameType | None) -> list[tuple[str, Any, int]]:
     ``frame``, taken as a block is first entered; ``grown_containers`` looks at them at its end.
     Never raises: nothing is watched then.
 
+    >>> import sys
     >>> history = [0.5]
     >>> [(n, k) for n, _, k in watch_containers(sys._getframe()) if n == "history"]
     [('history', 1)]

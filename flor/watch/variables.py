@@ -11,12 +11,12 @@ from typing import Any, Collection
 
 from .._files import StoreFileError, read_text
 from .._fmt import listed
-from .attributes import ATTR_DEPTH, object_attrs, restore_attrs
+from .attributes import object_attrs, restore_attrs
 from .frames import (CO_OPTIMIZED, _changed, _holds_state, given_ids, _keys, _own_object, _plain_now, _skipped,
                      global_names)
 from .loop import LoopFrame
-from .outside import MAX_OUTSIDE
-from .plain import _CONTAINERS, BLOCK_MAX_ITEMS, decode, encode
+from .limits import LIMITS
+from .plain import _CONTAINERS, decode, encode
 from .probe import Probe, Say, View
 
 __all__ = ["BlockVars", "VariablesProbe", "read_block_state", "restore_globals", "stored_globals"]
@@ -37,7 +37,7 @@ class BlockVars:
 
     Only what the block changed is noted: a variable the edited script sets before the block
     (a setting changed for the hindsight run) is left as the replay's code sets it. Values are
-    encoded as for the outer-loop state, at most ``BLOCK_MAX_ITEMS`` scalars a variable; a
+    encoded as for the outer-loop state, at most ``LIMITS.block_items`` scalars a variable; a
     container the block grows past that, or that holds tensors, is still named by the
     recording's warning (``grown_containers``). Never raises into training.
     """
@@ -59,7 +59,7 @@ class BlockVars:
         try:
             lf = self.frames.get(name)
             if lf is None:  # its imports, functions and classes are found once and skipped after
-                lf = self.frames[name] = LoopFrame(frame, limit=BLOCK_MAX_ITEMS)
+                lf = self.frames[name] = LoopFrame(frame, limit=LIMITS.block_items)
                 lf.track = False
                 lf.start(loop=False)
             else:
@@ -84,7 +84,7 @@ class BlockVars:
         it changed of the script's own objects not given to ``end()`` (``self.step += 1``,
         ``object_attrs``: ``{variable: {attribute: encoded}}``); and, once each, ``(variable, what)`` of
         those it changed that cannot be noted, for a warning: one noted before that no longer
-        is (``"too big"``: a history grown past ``BLOCK_MAX_ITEMS``), or one it bound to state
+        is (``"too big"``: a history grown past ``LIMITS.block_items``), or one it bound to state
         that is not plain data (``"state"``: a copy of the best weights, in place of a None or
         of an earlier copy). Lets go of the frame."""
         lf = self.frames.get(name)
@@ -136,7 +136,7 @@ def stored_globals(frame: FrameType, skip: Collection[int] = ()) -> dict[str, An
     for var in global_names(frame.f_code):
         if var in module and id(module[var]) not in skip:
             try:
-                out[var] = encode(module[var], BLOCK_MAX_ITEMS)
+                out[var] = encode(module[var], LIMITS.block_items)
             except Exception:  # noqa: BLE001 - NotPlain, or an odd value: not noted
                 continue
     return out
@@ -191,7 +191,7 @@ def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, 
         entry["attrs"] = {var: {k: v for k, v in names.items() if _attr_path(k)}
                           for var, names in _named(attrs).items() if isinstance(names, dict)}
         outside = rec.get("outside", {})  # names and counts: compared, never acted on
-        entry["outside"] = {k: v for k, v in list(outside.items())[:MAX_OUTSIDE]
+        entry["outside"] = {k: v for k, v in list(outside.items())[:LIMITS.outside]
                             if isinstance(k, str) and len(k) <= 400 and type(v) is int} \
             if isinstance(outside, dict) else {}
         found[(epoch, block, occ)] = entry
@@ -200,10 +200,10 @@ def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, 
 
 
 def _attr_path(key: Any) -> bool:
-    """``key`` is an attribute, or a dotted path of at most ``ATTR_DEPTH`` attributes, each an
+    """``key`` is an attribute, or a dotted path of at most ``LIMITS.attr_depth`` attributes, each an
     identifier that is not a dunder."""
     parts = key.split(".") if isinstance(key, str) else []
-    return 0 < len(parts) <= ATTR_DEPTH and all(p.isidentifier() and not _skipped(p) for p in parts)
+    return 0 < len(parts) <= LIMITS.attr_depth and all(p.isidentifier() and not _skipped(p) for p in parts)
 
 
 
@@ -237,7 +237,7 @@ class VariablesProbe(Probe):
         for var, what in lost:
             if what == "too big":
                 first = (f"`{var}`, which SkipBlock {view.block!r} changes outside end(), is no longer plain data "
-                         f"of at most {BLOCK_MAX_ITEMS} items{where}")
+                         f"of at most {LIMITS.block_items} items{where}")
             else:
                 first = f"SkipBlock {view.block!r} bound `{var}` outside end(){where} to state that is not plain data"
             say("FL207", (view.block, var),

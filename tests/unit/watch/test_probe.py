@@ -1,0 +1,215 @@
+"""flor.watch.probe: the runner of the probes (order, once per (code, subject) is the session's
+say, the never-raise wrapper, timing) and each probe's verbs on real frames: a test function's
+own frame is the frame a SkipBlock would see."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+from flor.watch.attributes import ModuleAttrProbe
+from flor.watch.grads import GradProbe
+from flor.watch.names import NamesProbe
+from flor.watch.outside import OutsideProbe
+from flor.watch.probe import Probe, View, Watch
+from flor.watch.reachable import ContainerProbe
+from flor.watch.variables import VariablesProbe
+
+
+class Said(list):
+    """``say`` that keeps ``(code, subject, text)``."""
+
+    def __call__(self, code: str, subject: Any, text: str) -> None:
+        self.append((code, subject, text))
+
+    def codes(self) -> list[str]:
+        return [code for code, _, _ in self]
+
+
+class Recorder(Probe):
+    """Notes which verbs ran, in order, with what the view held then."""
+
+    def __init__(self, log: list, name: str) -> None:
+        self.log, self.name = log, name
+
+    def enter(self, view: View, say: Any) -> None:
+        self.log.append((self.name, "enter", view.block, view.first))
+
+    def leave(self, view: View, say: Any) -> None:
+        self.log.append((self.name, "leave", sorted(view.noted)))
+        view.noted[self.name] = 1
+
+    def restore(self, view: View, noted: dict, say: Any) -> list[str]:
+        self.log.append((self.name, "restore", noted.get("x")))
+        return [self.name]
+
+
+def test_probes_run_in_order_and_see_what_the_earlier_ones_noted() -> None:
+    log: list = []
+    watch = Watch([Recorder(log, "a"), Recorder(log, "b")], Said())
+    frame = sys._getframe()
+    assert watch.enter("train", 0, 0, frame) == []
+    noted, left = watch.leave(frame, ())
+    assert noted == {"a": 1, "b": 1} and left == []
+    watch.enter("train", 1, 0, frame)
+    watch.leave(frame, (), {"x": 5})  # a replay's restored block: restore, then leave
+    assert log == [("a", "enter", "train", True), ("b", "enter", "train", True), ("a", "leave", []),
+                   ("b", "leave", ["a"]), ("a", "enter", "train", False), ("b", "enter", "train", False),
+                   ("a", "restore", 5), ("b", "restore", 5), ("a", "leave", []), ("b", "leave", ["a"])]
+
+
+def test_a_probe_that_raises_is_silent_for_that_run_and_the_others_go_on() -> None:
+    class Broken(Probe):
+        def leave(self, view: View, say: Any) -> None:
+            raise ValueError("odd value")
+
+    log: list = []
+    watch = Watch([Broken(), Recorder(log, "after")], Said())
+    watch.enter("train", 0, 0, sys._getframe())
+    noted, _ = watch.leave(sys._getframe(), ())
+    assert noted == {"after": 1} and watch.failed == {"Broken": "ValueError('odd value')"}
+    assert watch.seconds > 0
+
+
+def test_an_end_without_step_into_notes_nothing() -> None:
+    watch = Watch([VariablesProbe()], Said())
+    assert watch.leave(sys._getframe(), ()) == ({}, [])
+    watch.enter("train", 0, 0, sys._getframe())
+    watch.drop()  # closed without end(): an exception, `continue`
+    assert watch.leave(sys._getframe(), ()) == ({}, [])
+
+
+# -- VariablesProbe ------------------------------------------------------------------------------
+
+
+def test_variables_a_block_changes_are_noted_and_restored() -> None:
+    said = Said()
+    watch = Watch([VariablesProbe()], said)
+    step, hist, best, name = 0, [0.5], float("inf"), "run"
+    frame = sys._getframe()
+    watch.enter("train", 0, 0, frame)
+    step, best = step + 4, 0.25
+    hist.append(0.25)
+    noted, _ = watch.leave(frame, ())
+    assert noted["vars"] == {"step": 4, "best": 0.25, "hist": {"t": "list", "v": [0.5, 0.25]}}  # not `name`: unchanged
+    assert said == []
+    # a replay that restores the block: the values come back in this frame
+    step, hist, best = 0, [], 9.0
+    replay = Watch([VariablesProbe()], said, replay=True)
+    replay.enter("train", 0, 0, frame)
+    _, left = replay.leave(frame, (), noted)
+    assert (step, hist, best, name) == (4, [0.5, 0.25], 0.25, "run") and left == []
+    assert said.codes() == ["FL326"]
+
+
+def test_a_variable_bound_to_state_that_is_not_plain_data_is_named_once() -> None:
+    said = Said()
+    watch = Watch([VariablesProbe()], said)
+    best_state = None
+    frame = sys._getframe()
+    for epoch in range(2):
+        watch.enter("train", epoch, 0, frame)
+        best_state = {"w": torch.zeros(2)}  # a copy of the best weights, kept outside end()
+        watch.leave(frame, ())
+    assert said.codes() == ["FL207"] and "`best_state`" in said[0][2]
+    del best_state
+
+
+def test_a_variable_given_to_end_is_not_noted() -> None:
+    watch = Watch([VariablesProbe()], Said())
+    hist: list[float] = []
+    frame = sys._getframe()
+    watch.enter("train", 0, 0, frame)
+    hist.append(1.0)
+    noted, _ = watch.leave(frame, (hist,))
+    assert "vars" not in noted
+
+
+# -- OutsideProbe --------------------------------------------------------------------------------
+
+
+def test_in_place_changes_between_blocks_are_noted_and_others_named_on_replay() -> None:
+    net = torch.nn.BatchNorm1d(2)
+    said = Said()
+    watch = Watch([OutsideProbe()], said)
+    frame = sys._getframe()
+    watch.enter("train", 0, 0, frame)
+    watch.leave(frame, (net,))
+    net(torch.randn(4, 2))  # a forward in training mode, between blocks: running statistics move
+    watch.enter("train", 1, 0, frame)
+    noted, _ = watch.leave(frame, (net,))
+    assert noted["outside"]["end() object 0: num_batches_tracked"] == 1
+    # replaying: the same changes are the recording's; two forwards are not
+    replay = Watch([OutsideProbe()], said, replay=True)
+    replay.enter("train", 0, 0, frame)
+    replay.leave(frame, (net,))
+    net(torch.randn(4, 2))
+    assert replay.enter("train", 1, 0, frame, noted) == []
+    replay.leave(frame, (net,))
+    net(torch.randn(4, 2))
+    net(torch.randn(4, 2))
+    assert "end() object 0: num_batches_tracked" in replay.enter("train", 2, 0, frame, noted)
+    assert said.codes() == ["FL328"]
+
+
+# -- ContainerProbe, NamesProbe, ModuleAttrProbe, GradProbe -------------------------------------------
+
+
+def test_a_grown_container_is_named_unless_its_values_were_noted() -> None:
+    said = Said()
+    watch = Watch([VariablesProbe(), ContainerProbe()], said)
+    losses, outputs = [], []
+    frame = sys._getframe()
+    watch.enter("train", 0, 0, frame)
+    losses.append(0.5)  # plain data: noted, so a restore sets it
+    outputs.append(torch.zeros(2))  # tensors: not noted, so named
+    watch.leave(frame, ())
+    assert "FL203" in said.codes() and "`outputs`" in dict(zip(said.codes(), [s[2] for s in said]))["FL203"]
+    assert not any("`losses`" in text for _, _, text in said)
+
+
+def test_a_name_the_block_binds_and_the_code_after_reads_is_named() -> None:
+    said = Said()
+    watch = Watch([VariablesProbe(), NamesProbe()], said)
+    batch = None
+    frame = sys._getframe()
+    if watch.enter("train", 0, 0, frame) == []:  # the `if` whose test calls step_into
+        batch = torch.zeros(3)  # a tensor of more than one value: not plain data, not noted
+    watch.leave(frame, ())
+    print(batch.sum())  # the code after end() reads it
+    assert said.codes() == ["FL204"] and "`batch`" in said[0][2]
+
+
+def test_a_changed_plain_attribute_of_a_given_module_is_named() -> None:
+    said = Said()
+    net = torch.nn.Linear(2, 1)
+    net.temperature = 1.0
+    watch = Watch([ModuleAttrProbe()], said)
+    frame = sys._getframe()
+    watch.enter("train", 0, 0, frame)
+    net.temperature *= 0.5
+    watch.leave(frame, (net,))
+    assert said.codes() == ["FL206"] and "`net.temperature`" in said[0][2]
+
+
+def test_a_block_that_adds_to_the_gradients_its_last_run_left_is_told() -> None:
+    carried: list[str] = []
+    said = Said()
+    net = torch.nn.Linear(2, 1)
+    watch = Watch([GradProbe(carried.append)], said)
+    frame = sys._getframe()
+    for epoch in range(2):
+        watch.enter("train", epoch, 0, frame)
+        net(torch.ones(1, 2)).sum().backward()  # no zero_grad: the second run adds to the first's
+        watch.leave(frame, (net,))
+    assert carried == ["train"] and said.codes() == ["FL208"]
+
+
+@pytest.mark.parametrize("probe", [VariablesProbe, OutsideProbe, ContainerProbe, NamesProbe, ModuleAttrProbe])
+def test_every_probe_survives_a_frame_of_none(probe: type) -> None:
+    watch = Watch([probe()], Said())
+    watch.enter("train", 0, 0, None)
+    assert watch.leave(None, ())[1] == [] and watch.failed == {}
