@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from conftest import Runner, values
+from conftest import reseal_manifest, Runner, values
 
 HINDSIGHT = {
     "    # HINDSIGHT\n": '    flor.log("step", step)\n'
@@ -72,17 +72,16 @@ def test_a_hostile_block_state_file_sets_only_plain_values_under_plain_names(tmp
     and functions, hold lines of another shape or values that are not encoded plain data."""
     r = Runner(tmp_path)
     r.run(r.script("block_vars.py"), "--flor", "b", "--epochs", "2")
-    state = next((r.home / "b" / "runs").glob("*/logs/block-state.jsonl"))
-    lines = [json.loads(x) for x in state.read_text().splitlines()]
-    first = next(x for x in lines if x["epoch"] == 0 and x["block"] == "train")
-    first["vars"].update({"__builtins__": 1, "torch": 2, "evaluate": 3, "flor": {"t": "list", "v": [1]}, "1bad": 4,
-                          "net": 5, "step": {"py": "os.system"}})
-    hostile = ["not json", json.dumps([1, 2]), json.dumps({"epoch": "0", "block": "train", "occ": 0, "vars": {}}),
-               json.dumps({"epoch": 0, "block": ["train"], "occ": 0, "vars": {}}), json.dumps(first)]
-    ev = next(x for x in lines if x["epoch"] == 0 and x["block"] == "eval")  # in a function: its globals
-    ev["globals"] = {"torch": 1, "net": 2, "evaluate": 3, "X": 4, "evals": {"py": "os.system"}}
-    hostile.append(json.dumps(ev))
-    state.write_text("\n".join(json.dumps(x) for x in lines) + "\n" + "\n".join(hostile) + "\n")
+    def plant_vars(manifest):
+        manifest["watch"]["vars"].update({"__builtins__": 1, "torch": 2, "evaluate": 3, "flor": {"t": "list", "v": [1]},
+                                          "1bad": 4, "net": 5, "step": {"py": "os.system"}})
+
+    def plant_globals(manifest):  # in a function: its globals
+        manifest["watch"]["globals"] = {"torch": 1, "net": 2, "evaluate": 3, "X": 4, "evals": {"py": "os.system"}}
+
+    run = next((r.home / "b" / "runs").glob("*"))
+    reseal_manifest(run / "checkpoints" / "train" / "0.json", plant_vars)
+    reseal_manifest(run / "checkpoints" / "eval" / "0.json", plant_globals)
     edited = r.script("block_vars.py", {"    # HINDSIGHT\n": '    flor.log("step", step)\n'
                                                           '    flor.log("mods", type(torch).__name__ + type(net).__name__)\n'},
                       dest="hindsight.py")
@@ -97,35 +96,31 @@ def test_a_hostile_block_state_file_sets_only_plain_values_under_plain_names(tmp
     assert got[("step", 1, None)] == 8  # epoch 1's line is intact
 
 
-def test_block_state_reader_keeps_only_well_formed_lines(tmp_path):
-    from flor.watch.variables import read_block_state
+def test_the_state_reader_keeps_only_well_formed_lines(tmp_path):
+    """logs/state.jsonl is read from a store: the changes outside the blocks are names and counts
+    only (compared, never acted on), the loop's lines need an epoch and a dict of values."""
+    from flor.watch.loop import read_state
 
-    path = tmp_path / "block-state.jsonl"
+    path = tmp_path / "state.jsonl"
     path.write_text("\n".join([
-        json.dumps({"epoch": 0, "block": "b", "occ": 0, "vars": {"x": 1, "__class__": 2, "a b": 3}}),
-        json.dumps({"epoch": None, "block": "pre", "occ": 0, "vars": {"n": 5}}),
-        json.dumps({"epoch": True, "block": "b", "occ": 0, "vars": {"x": 9}}),
-        json.dumps({"epoch": 1, "block": "b", "occ": 0.5, "vars": {"x": 9}}),
-        json.dumps({"epoch": 0, "block": "b", "occ": 0, "vars": {"x": 2}}),  # a resumed recording: the last wins
-        json.dumps({"epoch": 2, "block": "b", "occ": 0, "vars": {}, "globals": {"step": 3, "__name__": "x"}}),
-        json.dumps({"epoch": 3, "block": "b", "occ": 0, "vars": {}, "globals": ["step"]}),
-        json.dumps({"epoch": 4, "block": "b", "occ": 0, "vars": {},
-                    "attrs": {"self": {"step": 1, "__dict__": 2, "a.b": 3, "a.__class__": 4, "a..b": 5, "a.b.c": 6, ".a": 7},
-                              "x y": {"z": 1}, "o": [1], "p": {}}}),
-        json.dumps({"epoch": 5, "block": "b", "occ": 0, "vars": {}, "attrs": [["self", "step"]]}),
-        json.dumps({"epoch": 6, "block": "b", "occ": 0, "vars": {},  # names and counts only: compared, never set
+        json.dumps({"epoch": 0, "block": "b", "occ": 0, "outside": {"x": 1}}),
+        json.dumps({"epoch": 0, "block": "b", "occ": 0, "outside": {"x": 2}}),  # a resumed recording: the last wins
+        json.dumps({"epoch": None, "block": "pre", "occ": 0, "outside": {"n": 5}}),
+        json.dumps({"epoch": True, "block": "b", "occ": 0, "outside": {"x": 9}}),
+        json.dumps({"epoch": 1, "block": "b", "occ": 0.5, "outside": {"x": 9}}),
+        json.dumps({"epoch": 6, "block": "b", "occ": 0,
                     "outside": {"end() object 0: 1.num_batches_tracked": 2, "x": "2", "y": 1.5, "z" * 500: 1}}),
-        json.dumps({"epoch": 7, "block": "b", "occ": 0, "vars": {}, "outside": ["x"]}),
+        json.dumps({"epoch": 7, "block": "b", "occ": 0, "outside": ["x"]}),
+        json.dumps({"epoch": 3, "vars": {"a": 1}, "unrestorable": ["b", 2], "unchanged": "a"}),
+        json.dumps({"epoch": "4", "vars": {"a": 1}}),
+        json.dumps({"epoch": 5, "vars": [1]}),
         "{", "[]",
     ]) + "\n")
-    none = {"globals": {}, "attrs": {}, "outside": {}}
-    assert read_block_state(path) == {(0, "b", 0): {**none, "vars": {"x": 2}},
-                                      (None, "pre", 0): {**none, "vars": {"n": 5}},
-                                      (2, "b", 0): {**none, "vars": {}, "globals": {"step": 3}},
-                                      (4, "b", 0): {**none, "vars": {}, "attrs": {"self": {"step": 1, "a.b": 3}, "p": {}}},
-                                      (6, "b", 0): {**none, "vars": {}, "outside": {"end() object 0: 1.num_batches_tracked": 2}},
-                                      (7, "b", 0): {**none, "vars": {}}}
-    assert read_block_state(tmp_path / "missing.jsonl") == {}
+    state = read_state(path)
+    assert state.outside == {(0, "b", 0): {"x": 2}, (None, "pre", 0): {"n": 5},
+                             (6, "b", 0): {"end() object 0: 1.num_batches_tracked": 2}}
+    assert state.loop == {3: {"epoch": 3, "vars": {"a": 1}, "unrestorable": ["b"], "unchanged": []}}
+    assert read_state(tmp_path / "missing.jsonl") == ({}, {})
 
 
 def test_a_history_grown_past_the_limit_is_named_once(tmp_path):

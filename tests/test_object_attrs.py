@@ -9,11 +9,10 @@ that restored the block left ``self.step`` at 0 for every epoch where a full run
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from conftest import Runner, values
+from conftest import reseal_manifest, Runner, values
 
 HINDSIGHT = {"            # HINDSIGHT": '            flor.log("step", self.step)\n'
                                        '            flor.log("best", self.best)\n'
@@ -52,13 +51,13 @@ def test_the_replay_names_the_attributes_it_set(recorded):
 def test_a_hostile_file_sets_no_method_property_module_or_other_object(tmp_path):
     r = Runner(tmp_path)
     r.run(r.script("trainer_attrs.py"), "--flor", "t", "--epochs", "2")
-    state = next((r.home / "t" / "runs").glob("*/logs/block-state.jsonl"))
-    lines = [json.loads(x) for x in state.read_text().splitlines()]
-    first = next(x for x in lines if x["epoch"] == 0)
-    first["attrs"]["self"].update({"fit": 1, "net": 2, "epochs_seen": 3, "__class__": 4, "step": {"py": "os.system"},
-                                   "net.weight": 5, "meters.__class__": 6, "fit.__doc__": 7, "net.training": 8})
-    first["attrs"].update({"torch": {"manual_seed": 1}, "flor": {"log": 2}, "missing": {"x": 1}, "1bad": {"x": 1}})
-    state.write_text("\n".join(json.dumps(x) for x in lines + [first]) + "\n")
+    def plant(manifest):  # the attributes a restore of epoch 0 sets, as a writer to the store plants them
+        attrs = manifest["watch"]["attrs"]
+        attrs["self"].update({"fit": 1, "net": 2, "epochs_seen": 3, "__class__": 4, "step": {"py": "os.system"},
+                              "net.weight": 5, "meters.__class__": 6, "fit.__doc__": 7, "net.training": 8})
+        attrs.update({"torch": {"manual_seed": 1}, "flor": {"log": 2}, "missing": {"x": 1}, "1bad": {"x": 1}})
+
+    reseal_manifest(next((r.home / "t" / "runs").glob("*/checkpoints/train/0.json")), plant)
     edited = r.script("trainer_attrs.py", {"            # HINDSIGHT": '            flor.log("kinds", type(self.net).__name__ '
                                            '+ type(self.fit).__name__ + str(self.epochs_seen))'}, dest="hindsight.py")
     proc = r.run(edited, "--flor", "t", "--replay_flor", "--epochs", "2")

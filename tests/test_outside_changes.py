@@ -38,7 +38,7 @@ def test_a_hindsight_forward_in_training_mode_is_named(tmp_path):
 def test_the_scripts_own_forward_is_not_named_but_a_second_one_is(tmp_path):
     r = Runner(tmp_path)
     r.run(r.script("outside_changes.py"), "--outer-forward", "--flor", "o")
-    state = [json.loads(line) for line in next(r.home.glob("o/runs/*/logs/block-state.jsonl")).read_text().splitlines()]
+    state = [json.loads(line) for line in next(r.home.glob("o/runs/*/logs/state.jsonl")).read_text().splitlines()]
     assert [s["epoch"] for s in state if "outside" in s] == [1, 2, 3]  # what epochs 0-2's code did after end()
     plain = r.run(r.script("outside_changes.py", {"    # HINDSIGHT": '    flor.log("n", 1)'}, dest="plain.py"),
                   "--outer-forward", "--flor", "o", "--replay_flor")

@@ -123,7 +123,7 @@ def test_worker_without_outer_state_diverges_loudly(tmp_path):
     r = Runner(tmp_path)
     script = r.cwd / loop_script(r, "loops.py", False)
     r.run(script, "--patience", "2", "--flor", "loop")
-    state = next((r.home / "loop" / "runs").glob("*/logs/outer-state.jsonl"))
+    state = next((r.home / "loop" / "runs").glob("*/logs/state.jsonl"))
     state.unlink()
     proc = r.run(script, "--patience", "2", "--flor", "loop", "--replay_flor", "2/3", check=False)
     assert proc.returncode == 3
@@ -254,15 +254,15 @@ def test_a_variable_the_loop_never_changed_is_left_as_the_worker_set_it(tmp_path
 
 
 def test_the_unchanged_names_of_an_outer_state_line_are_checked(tmp_path):
-    """outer-state.jsonl is read from a store: what it says is unchanged is only ever names."""
-    from flor.watch.loop import read_outer_state
+    """state.jsonl is read from a store: what it says is unchanged is only ever names."""
+    from flor.watch.loop import read_state
 
-    path = tmp_path / "outer-state.jsonl"
+    path = tmp_path / "state.jsonl"
     lines = [{"epoch": 0, "vars": {"a": 1}, "unchanged": "a"},  # not a list: nothing is taken as unchanged
              {"epoch": 1, "vars": {"a": 1, "b": 2}, "unchanged": [1, "b", None, {"x": 1}]},
              {"epoch": 2, "vars": {"a": 1}}]  # an older flor: no field
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    assert [read_outer_state(path, e)["unchanged"] for e in range(3)] == [[], ["b"], []]
+    assert [read_state(path).loop[e]["unchanged"] for e in range(3)] == [[], ["b"], []]
 
 
 UNFREEZE = """\

@@ -63,7 +63,10 @@ class Checkpointer:
         self.rng_start = capture_rng(raw=True)  # for snapshot_rng only: raw bytes where it can
         self.record.timing("start_s", time.perf_counter() - t0)  # fixed cost too
 
-    def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float) -> None:
+    def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float,
+                   noted: dict[str, Any] | None = None) -> None:
+        """Snapshot ``objs`` and the random state now, and queue their storing; ``noted``: what the
+        probes noted of this block run outside ``end()`` (``flor.watch``), kept in the manifest."""
         if self.pool is None:
             self.pool, self.packs = BufferPool(), PackIndex()
         if not self.writer.has_room(self.snapshot_bytes.get(name, 0)):  # behind: skip, never wait
@@ -121,6 +124,8 @@ class Checkpointer:
                 for part in parts:
                     part.release()
             head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
+            if noted:
+                head["watch"] = noted
             give_turn()
             data, rng_text = self._sealed_manifest(head, objects, rng, start, grads, nbytes=nbytes,
                                                    new_bytes=new_bytes, block_s=elapsed, snapshot_s=snap_s)
@@ -204,7 +209,8 @@ class Checkpointer:
             trees["grads"], done["grads"] = grads.tree, grads.canonical()
         manifest = {
             "format": FORMAT, **head, **trees,
-            "digest": hash_bytes(f'{{"objects":{done["objects"]},"rng":{done["rng"]}}}'.encode()),
+            "digest": hash_bytes((f'{{"objects":{done["objects"]},"rng":{done["rng"]}'
+                                  + (f',"watch":{canonical_json(head["watch"])}' if "watch" in head else "") + "}").encode()),
             "bytes": nbytes, "new_bytes": new_bytes, "block_s": round(block_s, 6), "snapshot_s": round(snapshot_s, 6),
             "created": time.time(),
         }

@@ -28,7 +28,7 @@ from ..store.runmeta import RunMeta
 from ..watch.attributes import ModuleAttrProbe
 from ..watch.frames import caller_frame, left_normally
 from ..watch.grads import GradProbe
-from ..watch.loop import LoopState, OuterStateWriter
+from ..watch.loop import LoopState, StateFile
 from ..watch.names import NamesProbe
 from ..watch.outside import OutsideProbe
 from ..watch.probe import Watch
@@ -97,7 +97,7 @@ class RecordSession(Session):
         # container and names probes read what it noted
         self.watch = Watch([VariablesProbe(), OutsideProbe(), SchedulerProbe(), GeneratorProbe(), ContainerProbe(),
                             NamesProbe(), ModuleAttrProbe(), GradProbe(self._grads_carried)], self.warn_once)
-        self.block_state = OuterStateWriter(self.layout.block_state, "the variables a block changes")
+        self.state_file = StateFile(self.layout.state)  # the loop's variables, changes outside the blocks
         self.loop_state: LoopState | None = None
         self.passed_ids: set[int] = set()  # given to end() this epoch: the loop state does not name them
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
@@ -155,7 +155,7 @@ class RecordSession(Session):
         self.loop_started = time.perf_counter()
         self.checkpoints.idle_meter = IdleMeter()
         # the loop's own variables, noted at each epoch's end (flor.watch.loop)
-        self.loop_state = LoopState(self.loop_frame, self.layout.outer_state) if self.loop_frame is not None else None
+        self.loop_state = LoopState(self.loop_frame, self.state_file) if self.loop_frame is not None else None
         try:
             for epoch, item in enumerate(iterable):
                 self.epoch, self.epoch_blocks = epoch, []
@@ -226,9 +226,10 @@ class RecordSession(Session):
     def end(self, objs: tuple) -> Any:
         name, epoch, occ = self.close_block()
         elapsed = time.perf_counter() - self.block_started
-        noted, _ = self.watch.leave(caller_frame(), objs)
-        if noted:  # a replay that restores the block sets them as they are now
-            self.block_state.write(epoch, {"block": name, "occ": occ, **noted})
+        noted, _ = self.watch.leave(caller_frame(), objs)  # kept in the checkpoint: a restore sets them
+        outside = noted.pop("outside", None)
+        if outside:  # in-place changes since the last end(), compared by a replay at every block run
+            self.state_file.write(epoch, {"block": name, "occ": occ, "outside": outside})
         self.meta.timings["block_vars_s"] = round(self.watch.seconds, 6)
         self.passed_ids.update(id(o) for o in objs)  # outer-loop state: these are checkpointed, not named
         if epoch is None:
@@ -242,7 +243,7 @@ class RecordSession(Session):
         policy = self.checkpoints.policy
         policy.observe_watch(self.watch.seconds + (self.loop_state.seconds if self.loop_state else 0.0))
         if policy.due(name, epoch, elapsed=training_s):
-            self.checkpoints.checkpoint(name, epoch, occ, objs, elapsed)
+            self.checkpoints.checkpoint(name, epoch, occ, objs, elapsed, noted)
         return as_result(objs)
 
     def settle(self) -> None:
@@ -268,7 +269,7 @@ class RecordSession(Session):
             self.meta.loop_ended = "break"
             self.end_epoch(self.epoch, noted=False)
         self.mark("end")
-        self.block_state.close()
+        self.state_file.close()
         left: list = []
         cp = self.checkpoints
         try:

@@ -27,12 +27,12 @@ from ..store.layout import RunLayout
 from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
 from ..verify import CAUSE_CODE, BlockEvent, Summary, compare_logs
 from ..watch.frames import caller_frame, left_normally
-from ..watch.loop import LoopState
+from ..watch.loop import LoopState, State, read_state
 from ..watch.names import NamesProbe
 from ..watch.outside import OutsideProbe
 from ..watch.probe import Watch
 from ..watch.reachable import SchedulerProbe
-from ..watch.variables import VariablesProbe, read_block_state
+from ..watch.variables import VariablesProbe
 from .ddp import check_replay_world, shared_replay_id
 from .restorer import Restorer
 from .script import compare_script, script_sha256
@@ -90,7 +90,7 @@ class ReplaySession(Session):
         # the script's state outside end() (flor.watch): set as recorded where a block is restored
         self.watch = Watch([VariablesProbe(), SchedulerProbe(), NamesProbe(), OutsideProbe()],
                            lambda code, subject, text: self.note(code, text), replay=True)
-        self._block_vars: dict | None = None  # logs/block-state.jsonl, read at the first block
+        self._state: State | None = None  # logs/state.jsonl, read when first needed
         if picked:
             self.note("FL301", picked)
         self.outer_restored: list[str] = []  # the loop's own variables this worker set as recorded
@@ -238,9 +238,8 @@ class ReplaySession(Session):
         recording had at the end of epoch ``after``, before this worker's first epoch."""
         if self.loop_frame is None:
             return
-        state = LoopState(self.loop_frame, self.layout.outer_state)
-        restored, missing = state.restore(after, lambda code, subject, text: self.note(code, text),
-                                          strict=self.settings.strict)
+        restored, missing = LoopState(self.loop_frame).restore(
+            self._read_state(), after, lambda code, subject, text: self.note(code, text), strict=self.settings.strict)
         self.outer_restored = restored
         self._unrestored(missing)
 
@@ -266,7 +265,8 @@ class ReplaySession(Session):
         _, epoch, occ = self.open_block(name)
         self._check_recorded(name, epoch, occ)
         # what code since the last end() changed in place where the recording's did not (flor.watch.outside)
-        recorded = self._noted(epoch, name, occ) if self.meta.outside_watched else None
+        recorded = {"outside": self._read_state().outside.get((epoch, name, occ), {})} \
+            if self.meta.outside_watched else None
         outside = self.watch.enter(name, epoch, occ, caller_frame(), recorded)
         if outside and not self.summary.outside:
             self.summary.outside = outside
@@ -300,16 +300,11 @@ class ReplaySession(Session):
         self.pending = (action, manifest, cache)
         return action == "execute"
 
-    def _noted(self, epoch: int | None, name: str, occ: int) -> dict[str, Any]:
-        """What the recording noted of this block run outside ``end()`` (``logs/block-state.jsonl``,
-        read once), with ``ever``: the variables noted at any run of the block."""
-        if self._block_vars is None:
-            found = read_block_state(self.layout.block_state)
-            ever: dict[str, set[str]] = {}
-            for (_, block, _), rec in found.items():
-                ever.setdefault(block, set()).update(rec["vars"], rec["globals"])
-            self._block_vars = {"runs": found, "ever": ever}
-        return {**self._block_vars["runs"].get((epoch, name, occ), {}), "ever": self._block_vars["ever"].get(name, set())}
+    def _read_state(self) -> State:
+        """``logs/state.jsonl``: the loop's variables by epoch, the changes outside the blocks (read once)."""
+        if self._state is None:
+            self._state = read_state(self.layout.state)
+        return self._state
 
     def _unrestored(self, names: list[str]) -> None:
         """State this replay knows it did not set as a full run has it, for the verdict."""
@@ -337,15 +332,19 @@ class ReplaySession(Session):
         restored = None
         if action == "restore":
             objs = cp.restore(manifest, cache, objs)
-            restored = self._noted(epoch, name, occ)  # set as recorded: the block's variables outside end()
+            restored = manifest.get("watch", {})  # set as recorded: the block's variables outside end()
         elif manifest is None:
             event.action = "executed (no checkpoint)"
             cp.rng_exact = False
         else:
             objs, event = cp.verify(manifest, objs, event)
+        compared = manifest.get("watch", {}) if manifest is not None and action != "restore" else None
+        _, found = self.watch.leave(caller_frame(), objs, restored, compared)
+        if compared is not None and found:  # the block's variables outside end() differ from the recording's
+            event = cp.diverged(event, found)
+        elif action == "restore":
+            self._unrestored(found)
         self.summary.events.append(event)
-        _, left = self.watch.leave(caller_frame(), objs, restored)
-        self._unrestored(left)
         return as_result(objs)
 
     # -- logs and exit -----------------------------------------------------------------

@@ -228,6 +228,15 @@ class Restorer:
         cache = self.store.blobs.get_many(blob_hashes(manifest))
         return self.restore(manifest, cache, objs), event  # go on from the recorded state
 
+    def diverged(self, event: BlockEvent, names: list[str]) -> BlockEvent:
+        """A re-executed block whose variables outside ``end()`` (``names``: ``variable x``) differ from
+        what the recording's run noted: diverged like its objects (they are left as re-executed)."""
+        if event.action != "diverged":
+            event.action, event.tensors = "diverged", []
+            event.cause = CAUSE_CODE if self.code_changed else CAUSE_NONDET
+        event.tensors = list(event.tensors) + names
+        return event
+
     @staticmethod
     def _label(path: str, manifest: dict) -> str:
         if not path.startswith("["):

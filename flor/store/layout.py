@@ -7,8 +7,8 @@
       source/<script>, source/diff.patch
       checkpoints/<block>/<key>.json    manifests (``checkpoint_key``)
       logs/record.jsonl, logs/record-rank<R>.jsonl
-      logs/outer-state.jsonl            the outer loop's plain-data variables after each epoch
-      logs/block-state.jsonl            the plain-data variables each block run changed, at its end
+      logs/state.jsonl                  the loop's plain-data variables after each epoch, and what code
+                                        outside the blocks changed in place before each block run
       logs/replay-<replay>-<worker>.jsonl, .summary.json
       logs/launch-<replay>.json         a ``flor replay`` launch
       stdout.log, stdout-rank<R>.log, replay-<replay>-<worker>.log (+ .marks.jsonl beside each)
@@ -88,15 +88,10 @@ class RunLayout:
         return self.logs / "record.jsonl"
 
     @property
-    def outer_state(self) -> Path:
-        """The outer loop's plain-data variables at the end of each epoch (``flor.watch.loop``)."""
-        return self.logs / "outer-state.jsonl"
-
-    @property
-    def block_state(self) -> Path:
-        """The plain-data variables each block run changed outside ``end()``, at its end
-        (``flor.watch.variables.BlockVars``)."""
-        return self.logs / "block-state.jsonl"
+    def state(self) -> Path:
+        """The loop's plain-data variables at the end of each epoch, and the in-place changes code
+        outside the blocks made before each block run (``flor.watch.loop.StateFile``)."""
+        return self.logs / "state.jsonl"
 
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"record-rank{rank}.jsonl"

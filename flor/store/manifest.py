@@ -454,6 +454,29 @@ def _number(value: Any, path: str, what: str) -> None:
         _fail(path, f"{what} is {value!r:.40}, expected a non-negative number")
 
 
+#: the parts of a manifest's "watch" (flor.watch.variables): {name: node}, {name: {path: node}}, [names]
+_WATCH_PARTS = {"vars": 1, "globals": 1, "attrs": 2, "named": 0}
+
+
+def _watch(watch: Any) -> None:
+    """The shape of a manifest's ``watch``: the variables, globals and attributes a block run changed
+    outside ``end()`` (plain-value nodes under string names; ``flor.watch.plain.decode`` checks the
+    nodes, ``flor.watch.variables`` the names) and the names ever noted for the block."""
+    if not isinstance(watch, dict) or not set(watch) <= set(_WATCH_PARTS):
+        _fail("watch", "the noted state is not a dict of vars, globals, attrs and named")
+    for part, levels in _WATCH_PARTS.items():
+        found = watch.get(part, [] if levels == 0 else {})
+        if levels == 0:
+            if not isinstance(found, list) or not all(isinstance(n, str) and len(n) <= 400 for n in found):
+                _fail(f"watch.{part}", "not a list of names")
+            continue
+        if not isinstance(found, dict) or not all(isinstance(k, str) and len(k) <= 400 for k in found):
+            _fail(f"watch.{part}", "not a dict of names")
+        if levels == 2 and not all(isinstance(v, dict) and all(isinstance(k, str) and len(k) <= 400 for k in v)
+                                   for v in found.values()):
+            _fail(f"watch.{part}", "not a dict of attribute paths")
+
+
 def check_manifest(obj: Any, where: str, *, block: str | None = None, epoch: int | None = None,
                    occurrence: int | None = None, check_sum: bool = True) -> dict:
     """Return ``obj`` when it is a well-formed manifest whose checksum holds; else a
@@ -501,6 +524,8 @@ def check_manifest(obj: Any, where: str, *, block: str | None = None, epoch: int
             check_node(rng, name)
             if not {"python", "numpy", "torch"} <= {k for k in rng["k"] if isinstance(k, str)}:
                 _fail(name, "the random state lacks the python, numpy or torch generator")
+        if "watch" in obj:  # what flor.watch noted of the block run outside end(): plain nodes by name
+            _watch(obj["watch"])
         if "grads" in obj:  # the modules' gradients (flor.state.grads): {where: {parameter: tensor}}
             grads = obj["grads"]
             if not isinstance(grads, dict) or grads.get("t") != "dict":

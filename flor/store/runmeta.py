@@ -86,7 +86,7 @@ class RunMeta:
     #: checkpoints keep the modules' gradients (flor.state.grads)
     grads_carried: list = field(default_factory=list)
     #: the recording noted the tensors code between blocks changed in place ("outside" in
-    #: logs/block-state.jsonl, flor.watch.outside.OutsideChanges); False: recorded before it did
+    #: logs/state.jsonl, flor.watch.outside.OutsideChanges); False: recorded before it did
     outside_watched: bool = False
     background: dict[str, Any] | None = None
     error: str | None = None

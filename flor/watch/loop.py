@@ -24,7 +24,7 @@ then, and at every epoch end before, is the one it had when the loop started: a 
 path, a setting read before the loop) is left as the worker's own code before the loop set
 it, as a full re-execution would have it, rather than given the recording's value.
 
-One JSON line per epoch goes to ``logs/outer-state.jsonl``; values are tagged so that a
+One JSON line per epoch goes to ``logs/state.jsonl`` (``StateFile``); values are tagged so that a
 tuple comes back a tuple and a float32 scalar a float32 scalar. The file is untrusted input
 when replayed: a line that does not decode is ignored, a value that does not decode is
 named, and nothing in it can run code.
@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any, Collection, Iterable
+from typing import Any, Collection, Iterable, NamedTuple
 
 from .._files import StoreFileError, open_append, read_text
 from .._fmt import listed
@@ -49,7 +49,7 @@ from .limits import LIMITS
 from .plain import _CONTAINERS, _SCALARS, LEAF_TYPES, NotPlain, decode, encode
 from .probe import Say
 
-__all__ = ["LoopFrame", "LoopState", "OuterStateWriter", "read_outer_state"]
+__all__ = ["LoopFrame", "LoopState", "State", "StateFile", "read_state"]
 
 
 
@@ -196,28 +196,30 @@ class LoopFrame:
 # -- the file ------------------------------------------------------------------------------
 
 
-class OuterStateWriter:
-    """Appends one line per epoch; never raises into training."""
+class StateFile:
+    """``logs/state.jsonl`` of a recording: one JSON line per epoch with the loop's own variables
+    (``LoopState``), and one per block run whose code before it changed the model in place
+    (``{"block", "occ", "outside"}``, ``flor.watch.outside``). Appends; never raises into training."""
 
-    def __init__(self, path: Path, what: str = "the outer-loop state") -> None:
-        self.path, self.what = path, what
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self._file: Any = None
         self.failed: str | None = None
 
-    def write(self, epoch: int, state: dict[str, Any]) -> None:
+    def write(self, epoch: int | None, record: dict[str, Any]) -> None:
         if self.failed is not None:
             return
         try:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = os.fdopen(open_append(self.path), "a", encoding="utf-8")  # never through a link
-            self._file.write(json.dumps({"epoch": epoch, **state}, separators=(",", ":"), allow_nan=True) + "\n")
+            self._file.write(json.dumps({"epoch": epoch, **record}, separators=(",", ":"), allow_nan=True) + "\n")
             self._file.flush()
         except (OSError, ValueError, TypeError) as exc:
             self.failed = str(exc)
             from ..errors import warn
 
-            warn("FL210", f"writing {self.what} to {self.path} failed ({exc}); a replay will name the variables "
+            warn("FL210", f"writing the loop's state to {self.path} failed ({exc}); a replay will name the variables "
                  "it cannot restore")
 
     def close(self) -> None:
@@ -229,32 +231,48 @@ class OuterStateWriter:
             self._file = None
 
 
-def read_outer_state(path: Path, epoch: int) -> dict[str, Any] | None:
-    """The state noted at the end of ``epoch`` (``{"vars": ..., "unrestorable": [...]}``,
-    values still encoded), or None when there is none or its line is damaged."""
+class State(NamedTuple):
+    """What ``read_state`` found: the loop's state by epoch (values still encoded), and the
+    in-place changes outside the blocks noted before each block run."""
+
+    loop: dict[int, dict[str, Any]]
+    outside: dict[tuple[int | None, str, int], dict[str, int]]
+
+
+def read_state(path: Path) -> State:
+    """``logs/state.jsonl``, read as untrusted input: a line of another shape is ignored, names
+    are strings, counts ints; the last line of a key wins (a resumed recording appends again).
+    Empty when there is none."""
+    found = State({}, {})
     try:
         lines = read_text(path).splitlines()  # a regular file of at most MAX_METADATA, no link followed
     except StoreFileError as exc:  # a FIFO, a link, a huge file in its place: as if nothing was noted
         from ..errors import warn
 
         warn("FL413", f"ignoring {exc.strerror}")
-        return None
+        return found
     except OSError:
-        return None
-    found = None
+        return found
     for line in lines:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("epoch") == epoch and isinstance(rec.get("vars"), dict):
-            found = rec  # the last one wins (a resumed recording appends again)
-    if found is None:
-        return None
-    unrestorable = found.get("unrestorable")
-    found["unrestorable"] = [str(n) for n in unrestorable] if isinstance(unrestorable, list) else []
-    unchanged = found.get("unchanged")  # absent in a recording of an older flor: every variable is restored
-    found["unchanged"] = [n for n in unchanged if isinstance(n, str)] if isinstance(unchanged, list) else []
+        if not isinstance(rec, dict):
+            continue
+        epoch = rec.get("epoch")
+        if epoch is not None and type(epoch) is not int:
+            continue
+        if "block" in rec:
+            block, occ, outside = rec.get("block"), rec.get("occ"), rec.get("outside")
+            if type(block) is str and type(occ) is int and isinstance(outside, dict):  # compared, never acted on
+                found.outside[(epoch, block, occ)] = {k: v for k, v in list(outside.items())[:LIMITS.outside]
+                                                      if isinstance(k, str) and len(k) <= 400 and type(v) is int}
+        elif type(epoch) is int and isinstance(rec.get("vars"), dict):
+            for part in ("unrestorable", "unchanged"):
+                names = rec.get(part)
+                rec[part] = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+            found.loop[epoch] = rec
     return found
 
 
@@ -263,16 +281,14 @@ class LoopState:
     (``epoch_end``), set before a mid-run worker's first epoch while replaying (``restore``).
     Never raises into training; a replay's restore says what it set and names what it could not."""
 
-    def __init__(self, frame: FrameType | None, path: Path) -> None:
+    def __init__(self, frame: FrameType | None, file: StateFile | None = None) -> None:
         self.loop = LoopFrame(frame) if frame is not None else None
-        self.path = path
-        self.file: OuterStateWriter | None = None
+        self.file = file  # where a recording notes it
         self.seconds = 0.0  # noting, all epochs together: charged to the overhead budget
 
     def start(self) -> None:
         if self.loop is not None:
             self.loop.start()
-            self.file = OuterStateWriter(self.path)
 
     def epoch_end(self, epoch: int, passed: Iterable[int]) -> None:
         """Note the state the next epoch starts from, for a replay worker that starts there."""
@@ -289,19 +305,17 @@ class LoopState:
     def close(self) -> None:
         if self.loop is not None:
             self.loop.close()
-        if self.file is not None:
-            self.file.close()
 
-    def restore(self, after: int, say: Say, *, strict: bool = False) -> tuple[list[str], list[str]]:
+    def restore(self, state: State, after: int, say: Say, *, strict: bool = False) -> tuple[list[str], list[str]]:
         """Give the loop's own variables (best value, patience, EMA, counters) the values the
-        recording had at the end of epoch ``after``; ``(set, left)``: the names set as recorded, and
+        recording had at the end of epoch ``after`` (``read_state``); ``(set, left)``: the names set as recorded, and
         those this worker cannot restore (``strict``: a ReplayError instead)."""
         loop = self.loop
         if loop is None:
             return [], []
         missing: list[str] = []
         try:
-            rec = read_outer_state(self.path, after)
+            rec = state.loop.get(after)
             if rec is None:
                 say("FL319", after, f"the recording has no outer-loop state for epoch {after} (its write failed): "
                     "variables of the loop outside end() start as the script sets them before the loop; replay "

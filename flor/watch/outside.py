@@ -27,7 +27,7 @@ class OutsideChanges:
     on from the changed model, while a replay that restores the next block puts the recording's
     back: its values are the recording's training, not a full run's. The recording notes the
     names each block run found changed, with how many in-place operations changed each
-    (``"outside"`` in ``logs/block-state.jsonl``); a replay that finds others, or other counts
+    (``"outside"`` in ``logs/state.jsonl``); a replay that finds others, or other counts
     (a hindsight forward besides the script's own), says so. Reading a counter costs no copy: about 1 µs a tensor at ``end()``.
     """
 

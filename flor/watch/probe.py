@@ -13,6 +13,9 @@ verbs, each optional:
                noted; return the names left as they were (the verdict names them)
 ``check``      at ``step_into`` while replaying: compare with what was noted; return what
                differs (the verdict names it)
+``compare``    at ``end()`` of a block a replay re-executed where a checkpoint exists:
+               compare what the block left with what the recording's run noted; return
+               what differs (verified like the objects given to ``end()``)
 =============  ===========================================================================
 
 A probe never prints: it says findings (``say(code, subject, text)``), and ``Watch`` says each
@@ -75,6 +78,10 @@ class Probe:
         """At ``step_into`` while replaying: compare with what the recording noted; what differs."""
         return []
 
+    def compare(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        """At ``end()`` of a re-executed block: what differs from what the recording's run noted."""
+        return []
+
 
 class Watch:
     """The probes of a session, run in order; never raises into the script."""
@@ -100,19 +107,22 @@ class Watch:
         return sorted({name for found in self._each("check", view, noted) for name in found or ()})
 
     def leave(self, frame: FrameType | None, objs: tuple, restored: dict[str, Any] | None = None,
-              ) -> tuple[dict[str, Any], list[str]]:
+              compared: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
         """``end()``: while replaying a block it restored (``restored``: what the recording noted for
-        this run), every probe's ``restore`` first; then every probe's ``leave``. What the probes
-        noted, and the names a restore left as they were."""
+        this run), every probe's ``restore`` first; of a block it re-executed where the recording's
+        run has a checkpoint (``compared``: what that run noted), every probe's ``compare``; then
+        every probe's ``leave``. What the probes noted, and the names a restore left as they were
+        or a compare found different."""
         view = self._ended(frame, objs)
         if view is None:
             return {}, []
-        left: list[str] = []
-        if restored is not None:
-            for found in self._each("restore", view, restored):
-                left += found or []
+        found: list[str] = []
+        for verb, noted in (("restore", restored), ("compare", compared)):
+            if noted is not None:
+                for names in self._each(verb, view, noted):
+                    found += names or []
         self._each("leave", view)
-        return view.noted, sorted(set(left))
+        return view.noted, sorted(set(found))
 
     def drop(self) -> None:
         """The open block closed without ``end()`` (an exception, ``continue``)."""

@@ -5,11 +5,9 @@ variables, the globals it declares, the attributes of the script's own objects),
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import FrameType
 from typing import Any, Collection
 
-from .._files import StoreFileError, read_text
 from .._fmt import listed
 from .attributes import object_attrs, restore_attrs
 from .frames import (CO_OPTIMIZED, _changed, _holds_state, given_ids, _keys, _own_object, _plain_now, _skipped,
@@ -19,7 +17,7 @@ from .limits import LIMITS
 from .plain import _CONTAINERS, decode, encode
 from .probe import Probe, Say, View
 
-__all__ = ["BlockVars", "VariablesProbe", "read_block_state", "restore_globals", "stored_globals"]
+__all__ = ["BlockVars", "VariablesProbe", "restore_globals", "stored_globals"]
 
 class BlockVars:
     """The plain-data variables a SkipBlock changes outside the objects given to ``end()``.
@@ -29,8 +27,8 @@ class BlockVars:
     A replay that restores the block does not run its body, so without help those variables
     keep the values they had before it. The recording therefore notes, at each ``end()``, the
     plain-data variables of the block's frame whose value the block changed (or bound anew),
-    one JSON line per block run in ``logs/block-state.jsonl``; a replay that restores the block
-    sets them as noted (``read_block_state``), so the code after it sees what a full run sees.
+    kept in the block run's checkpoint manifest (``"watch"``, covered by its checksum); a replay
+    that restores the block sets them as noted, so the code after it sees what a full run sees.
     The same for the module globals a block in a function declares ``global``
     (``stored_globals``) and the plain attributes of the script's own objects in the frame that
     ``end()`` is not given (``object_attrs``: ``self.step`` in a Trainer's method).
@@ -158,47 +156,6 @@ def restore_globals(frame: FrameType, values: dict[str, Any]) -> list[str]:
 
 
 
-def read_block_state(path: Path) -> dict[tuple[int | None, str, int], dict[str, dict[str, Any]]]:
-    """``{(epoch, block, occurrence): {"vars": {variable: encoded}, "globals": {...}, "attrs":
-    {variable: {attribute: encoded}}}}`` noted by ``BlockVars`` (``globals``: those of the module
-    a block in a function declares ``global``; ``attrs``: of the script's own objects); empty
-    when there is none. Untrusted input: a line of another shape is ignored,
-    and only names that are identifiers (not dunders) are kept, so what a restore writes is
-    plain data under a plain name."""
-    try:
-        lines = read_text(path).splitlines()  # a regular file of at most MAX_METADATA, no link followed
-    except StoreFileError as exc:
-        from ..errors import warn
-
-        warn("FL413", f"ignoring {exc.strerror}")
-        return {}
-    except OSError:
-        return {}
-    found: dict[tuple[int | None, str, int], dict[str, dict[str, Any]]] = {}
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        epoch, block, occ = rec.get("epoch"), rec.get("block"), rec.get("occ")
-        got, module, attrs = rec.get("vars", {}), rec.get("globals", {}), rec.get("attrs", {})
-        if (epoch is not None and type(epoch) is not int) or type(block) is not str or type(occ) is not int \
-                or not isinstance(got, dict) or not isinstance(module, dict) or not isinstance(attrs, dict):
-            continue
-        entry = {part: _named(names) for part, names in (("vars", got), ("globals", module))}
-        entry["attrs"] = {var: {k: v for k, v in names.items() if _attr_path(k)}
-                          for var, names in _named(attrs).items() if isinstance(names, dict)}
-        outside = rec.get("outside", {})  # names and counts: compared, never acted on
-        entry["outside"] = {k: v for k, v in list(outside.items())[:LIMITS.outside]
-                            if isinstance(k, str) and len(k) <= 400 and type(v) is int} \
-            if isinstance(outside, dict) else {}
-        found[(epoch, block, occ)] = entry
-    return found  # the last line of a key wins (a resumed recording appends again)
-
-
-
 def _attr_path(key: Any) -> bool:
     """``key`` is an attribute, or a dotted path of at most ``LIMITS.attr_depth`` attributes, each an
     identifier that is not a dunder."""
@@ -207,8 +164,15 @@ def _attr_path(key: Any) -> bool:
 
 
 
-def _named(names: dict) -> dict[str, Any]:
+def _canonical(node: Any) -> str:
+    """A node as a manifest keeps it (keys sorted): what a re-executed run's value compares by."""
+    return json.dumps(node, sort_keys=True, allow_nan=True, separators=(",", ":"))
+
+
+def _named(names: Any) -> dict[str, Any]:
     """The entries of ``names`` under identifiers that are not dunders."""
+    if not isinstance(names, dict):
+        return {}
     return {k: v for k, v in names.items() if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
 
 
@@ -220,6 +184,7 @@ class VariablesProbe(Probe):
     def __init__(self) -> None:
         self.vars = BlockVars()
         self.restored: set[str] = set()  # blocks whose restore a note named
+        self.ever: dict[str, set[str]] = {}  # block -> the variables and globals noted at any of its runs
 
     def enter(self, view: View, say: Say) -> None:
         if not view.replay:
@@ -232,6 +197,10 @@ class VariablesProbe(Probe):
         if changed:
             view.noted["vars"] = changed
         view.noted.update(more)
+        ever = self.ever.setdefault(view.block, set())
+        ever.update(changed, more.get("globals", ()))
+        if ever:  # a replay names none of them stale (NamesProbe): they are set where the block is restored
+            view.noted["named"] = sorted(ever)
         view.named.update(changed, more.get("globals", ()), (var for var, _ in lost))
         where = "" if view.epoch is None else f" at epoch {view.epoch}"
         for var, what in lost:
@@ -245,10 +214,31 @@ class VariablesProbe(Probe):
                 f"after the block differ from the recording's; pass it to SkipBlock.end(..., {var}) and use what "
                 "end() returns")
 
+    def compare(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        """The variables and globals the recording's run noted (``noted["vars"]``, ``["globals"]``)
+        whose values the re-executed run left otherwise (or not as plain data): ``variable x``."""
+        frame = view.frame
+        if frame is None:
+            return []
+        differs = []
+        for part, where in (("vars", {**frame.f_globals, **frame.f_locals}), ("globals", frame.f_globals)):
+            for var, node in _named(noted.get(part, {})).items():
+                try:
+                    same = var in where and _canonical(encode(where[var], LIMITS.block_items)) == _canonical(node)
+                except Exception:  # noqa: BLE001 - NotPlain now, or an odd value: not what was recorded
+                    same = False
+                if not same:
+                    differs.append(f"variable {var}")
+        return differs
+
     def restore(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
-        """Set the variables, globals and attributes noted for this run as they were at its end."""
-        view.named.update(noted.get("ever", ()))  # noted at some run of the block: not stale (NamesProbe)
-        if not any(noted.get(part) for part in ("vars", "globals", "attrs")):
+        """Set the variables, globals and attributes noted for this run as they were at its end
+        (read from a store: only identifiers that are not dunders, attribute paths of them)."""
+        view.named.update(n for n in noted.get("named", ()) if isinstance(n, str))  # not stale (NamesProbe)
+        noted = {"vars": _named(noted.get("vars", {})), "globals": _named(noted.get("globals", {})),
+                 "attrs": {var: {k: v for k, v in attrs.items() if _attr_path(k)}
+                           for var, attrs in _named(noted.get("attrs", {})).items() if isinstance(attrs, dict)}}
+        if not any(noted.values()):
             return []
         missing: list[str] = []
 
