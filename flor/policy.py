@@ -92,6 +92,8 @@ class CheckpointPolicy:
             expected = self.estimate.get(block, 0.0)  # none yet: measure (once within budget)
             expected += (self.background if self.shared else self.held).get(block, 0.0)
             spent = self.charged_s
+            if block not in self.estimate:  # its first checkpoint measures it, whatever the probes cost so far
+                spent -= self.watch_s
             ok = spent + expected <= self.overhead * max(elapsed - spent, 0.0)
         if not ok and (not self.skipped or self.skipped[-1] != epoch):
             self.skipped.append(epoch)

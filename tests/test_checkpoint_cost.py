@@ -887,7 +887,7 @@ def test_a_recording_stores_few_files_per_checkpoint_and_replays_exactly(runner)
     assert 0 < policy["gil_s"] and policy["stall_s"] <= policy["charged_s"]
     assert 0 <= policy["gil_waited_s"] <= policy["gil_s"]  # the GIL time charged: what training waited, at most
     if policy["charged"] == CHARGE_IDLE:
-        assert policy["charged_s"] == pytest.approx(policy["stall_s"] + policy["gil_waited_s"], abs=1e-5)
+        assert policy["charged_s"] == pytest.approx(policy["stall_s"] + policy["watch_s"] + policy["gil_waited_s"], abs=1e-5)
     # each stall with the part of it that copied bytes; each epoch's RNG capture at step_into
     timings = meta["timings"]
     assert len(timings["copy_s"]) == len(timings["stall_s"]) == 4 and len(timings["start_s"]) == 4
@@ -1047,7 +1047,8 @@ def test_with_every_core_busy_the_writers_cpu_is_charged(runner):
             p.wait()
     policy = json.loads(next((runner.home / "busy" / "runs").glob("*/run.json")).read_text())["checkpoint_policy"]
     assert policy["charged"] == CHARGE_SHARED and f"charged: {CHARGE_SHARED})" in proc.stderr
-    assert policy["charged_s"] == pytest.approx(policy["stall_s"] + policy["background_share_s"], abs=1e-5)
+    assert policy["charged_s"] == pytest.approx(policy["stall_s"] + policy["watch_s"] + policy["background_share_s"],
+                                                abs=1e-5)
 
 
 def test_the_writer_gives_turns_and_the_training_thread_does_not():

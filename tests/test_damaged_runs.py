@@ -62,7 +62,7 @@ def one_note(proc, run: str, *fragments: str) -> None:  # noqa: ANN001
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"flor: skipped run {run} of toy: "), lines[0]
+    assert lines[0].startswith(f"flor: FL402 skipped run {run} of toy: "), lines[0]
     for f in (*fragments, "move ", "flor verify toy"):
         assert f in lines[0], (f, lines[0])
 

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "flor"
 
 # DESIGN.md §7, top to bottom: each row may import the rows above it.
 LAYERS: list[tuple[str, ...]] = [
-    ("flor._version", "flor.errors"),
+    ("flor._version", "flor.errors", "flor.findings"),
     ("flor._fmt", "flor._files", "flor.malloc"),
     ("flor.source",),
     ("flor.redact",),
@@ -47,7 +47,7 @@ FORBIDDEN = {
 }
 
 # Pure layers: no torch, so settings and plans load in a launcher without it.
-NO_TORCH = ("flor._version", "flor.errors", "flor._fmt", "flor.malloc", "flor.source", "flor.redact", "flor.settings",
+NO_TORCH = ("flor._version", "flor.errors", "flor.findings", "flor._fmt", "flor.malloc", "flor.source", "flor.redact", "flor.settings",
             "flor.plan", "flor.policy")
 
 

@@ -366,7 +366,7 @@ def test_checkpoints_abandoned_at_exit_are_not_counted_as_taken(runner: Runner, 
     (folder / "nvidia-smi").chmod(0o755)
     env = runner.env(FLOR_FLUSH_TIMEOUT="0", PATH=f"{folder}{os.pathsep}{os.environ['PATH']}")
     proc = runner.run(script, "--flor", "held", env=env)
-    assert "flor: abandoned 4 checkpoint(s)" in proc.stderr, proc.stderr
+    assert "flor: FL114 abandoned 4 checkpoint(s)" in proc.stderr, proc.stderr
     assert "flor: checkpointed 0 of 4 epochs" in proc.stderr, proc.stderr
     meta = _run_json(runner.home, "held")
     assert sorted(s["epoch"] for s in meta["checkpoint_skipped"]) == [0, 1, 2, 3]

@@ -112,3 +112,16 @@ def test_a_blocks_first_checkpoint_is_charged_but_is_no_estimate():
     training = elapsed - p.charged_s
     assert p.charged_s <= 0.01 * training + 0.0008  # within budget but for one checkpoint
     assert len(now) >= 30
+
+
+def test_the_probes_are_charged_but_never_keep_a_block_from_its_first_checkpoint():
+    """The probes of the script's state outside end() run at every block run on the training
+    thread (flor.watch): their time is charged, so later checkpoints thin out sooner, but a
+    block's first checkpoint is taken to measure it even when they alone exceed the budget."""
+    p = CheckpointPolicy(overhead=0.01)
+    p.observe_watch(0.5)  # 5% of the first 10 s
+    assert p.charged_s == 0.5 and p.describe()["watch_s"] == 0.5
+    assert p.due("train", 0, elapsed=10.0)
+    p.observe("train", 0, stall=0.01)
+    assert not p.due("train", 1, elapsed=20.0)  # 0.51 s spent of 0.2 s allowed
+    assert p.due("train", 2, elapsed=70.0)

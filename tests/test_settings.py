@@ -174,7 +174,7 @@ def test_a_replay_of_the_latest_passes_over_a_run_that_recorded_nothing(runner):
     assert runner.run(stops, "--epochs", "3", "--flor", "toy", check=False).returncode == 1
     real, empty = _runs(runner)
     replay = runner.run(script, "--epochs", "3", "--flor", "toy", "--replay_flor")
-    assert (f"flor: the latest run {empty} (status crashed) of toy recorded nothing (no epoch, checkpoint or logged "
+    assert (f"flor: FL301 the latest run {empty} (status crashed) of toy recorded nothing (no epoch, checkpoint or logged "
             f"value); replaying {real}, the latest run that did") in replay.stderr, replay.stderr
     assert f"of toy run {real}" in replay.stderr and "replay verified exact: 3 blocks restored" in replay.stderr
     named = runner.run(script, "--epochs", "3", "--flor", "toy", "--replay_flor", "--flor_run", empty)

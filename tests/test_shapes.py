@@ -99,7 +99,7 @@ def test_adaptive_policy_thins_checkpoints_and_replay_stays_exact(runner: Runner
     env = r.env(FLOR_OVERHEAD="0.0005")
     env.pop("FLOR_EVERY")
     proc = r.run(r.script(), "--epochs", "6", "--flor", "adaptive", env=env)
-    assert "flor: checkpointed" in proc.stderr and "--flor_overhead" in proc.stderr
+    assert "flor: FL121 checkpointed" in proc.stderr and "--flor_overhead" in proc.stderr
     run = next((r.home / "adaptive" / "runs").iterdir())
     policy = json.loads((run / "run.json").read_text())["checkpoint_policy"]
     assert policy["mode"] == "adaptive" and policy["overhead_budget"] == 0.0005

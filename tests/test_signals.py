@@ -158,7 +158,7 @@ def test_a_writer_that_falls_behind_skips_epochs_instead_of_blocking(runner):
     script = runner.script("toy.py", edits={
         **SLOW,
         "step = 0\n": "step = 0\nimport threading, flor.runtime\nrelease = threading.Event()\n"
-                      "w = flor.runtime.current().writer\nw.submit(release.wait, w.budget, print)\n",
+                      "w = flor.runtime.current().checkpoints.writer\nw.submit(release.wait, w.budget, print)\n",
         "    # OUTER": "    if epoch == 3:\n        release.set(); w.flush()",
     })
     runner.run(script, "--epochs", str(EPOCHS), "--flor", "behind", env=runner.env(FLOR_WRITER_MEMORY="64MB"))

@@ -55,7 +55,7 @@ for epoch in flor.it(range(5)):
             loss = step()
     net, opt = flor.SkipBlock.end(net, opt)
     flor.log("weight", float(net[0].weight.sum()))
-    writer = getattr(flor.runtime.current(), "writer", None)
+    writer = getattr(getattr(flor.runtime.current(), "checkpoints", None), "writer", None)  # recording only
     if writer is not None:
         writer.flush()
 print("FOREIGN", len(before), len(foreign()), flush=True)
