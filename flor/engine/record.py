@@ -93,6 +93,7 @@ class RecordSession(Session):
         self.epoch_started = 0.0
         self.loop_started: float | None = None
         self.epoch_blocks: list[list] = []
+        self.due = False  # whether the open block's run is checkpointed (decided at its step_into)
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
         self.watch = Watch([VariablesProbe(), OutsideProbe(), SchedulerProbe(), GeneratorProbe(), ContainerProbe(),
@@ -209,7 +210,14 @@ class RecordSession(Session):
 
     def step_into(self, name: str, probed: bool) -> bool:
         _, epoch, occ = self.open_block(name)
-        self.watch.enter(name, epoch, occ, caller_frame())  # what the block starts from, outside end()
+        # decided now, as the block starts: a checkpoint's run notes what the block changes outside
+        # end() (flor.watch), which a run without one does not need (a replay re-executes it)
+        last = self.meta.timings["blocks"].get(name)
+        training_s = time.perf_counter() - (self.loop_started or self.block_started) + (last[-1] if last else 0.0)
+        policy = self.checkpoints.policy
+        policy.observe_watch(self.watch.seconds + (self.loop_state.seconds if self.loop_state else 0.0))
+        self.due = policy.due(name, epoch, elapsed=training_s)
+        self.watch.enter(name, epoch, occ, caller_frame(), note=self.due)  # what the block starts from
         self.checkpoints.block_started()
         return True
 
@@ -239,10 +247,7 @@ class RecordSession(Session):
         self.meta.timings["blocks"].setdefault(name, []).append(round(elapsed, 6))
         if self.ranks is not None:  # every rank fingerprints the same blocks; rank 0 notes who differs
             self.ranks.check(name, epoch, objs, self.meta)
-        training_s = time.perf_counter() - (self.loop_started or self.block_started)
-        policy = self.checkpoints.policy
-        policy.observe_watch(self.watch.seconds + (self.loop_state.seconds if self.loop_state else 0.0))
-        if policy.due(name, epoch, elapsed=training_s):
+        if self.due:
             self.checkpoints.checkpoint(name, epoch, occ, objs, elapsed, noted)
         return as_result(objs)
 

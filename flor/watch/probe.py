@@ -53,6 +53,9 @@ class View:
     frame: FrameType | None
     first: bool  # the block's first run in this process
     replay: bool = False  # a replay's block run: ``leave`` notes nothing (a probe may still look)
+    #: recording: this run is checkpointed, so what it changes outside end() is noted (a run without a
+    #: checkpoint is re-executed by a replay: its variables come from there); replaying: always
+    note: bool = True
     objs: tuple = ()  # what end() was given (at leave and restore)
     given: set[int] = field(default_factory=set)  # ids of those objects and of those one container deep
     #: what the probes noted so far at this leave, by part (``vars``, ``globals``, ``attrs``, ``outside``)
@@ -96,10 +99,12 @@ class Watch:
         self._open: View | None = None
 
     def enter(self, block: str, epoch: int | None, occ: int, frame: FrameType | None,
-              noted: dict[str, Any] | None = None) -> list[str]:
+              noted: dict[str, Any] | None = None, *, note: bool = True) -> list[str]:
         """``step_into``: every probe's ``enter``; while replaying (``noted``: what the recording
-        noted for this run, or {}) every probe's ``check`` too, and what they found differs."""
-        view = self._open = View(block, epoch, occ, frame, first=block not in self._entered, replay=self.replay)
+        noted for this run, or {}) every probe's ``check`` too, and what they found differs.
+        ``note``: whether this run's state is noted (a recording notes the runs it checkpoints)."""
+        view = self._open = View(block, epoch, occ, frame, first=block not in self._entered, replay=self.replay,
+                                 note=note)
         self._entered.add(block)
         self._each("enter", view)
         if noted is None:

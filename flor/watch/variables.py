@@ -187,11 +187,11 @@ class VariablesProbe(Probe):
         self.ever: dict[str, set[str]] = {}  # block -> the variables and globals noted at any of its runs
 
     def enter(self, view: View, say: Say) -> None:
-        if not view.replay:
+        if not view.replay and view.note:
             self.vars.enter(view.block, view.frame)
 
     def leave(self, view: View, say: Say) -> None:
-        if view.replay:
+        if view.replay or not view.note:
             return
         changed, more, lost = self.vars.leave(view.block, view.objs, view.given)
         if changed:
