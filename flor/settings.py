@@ -33,6 +33,8 @@ flag                           variable             meaning
 (none)                         ``FLOR_MALLOC``      ``default``: leave glibc's malloc thresholds alone;
                                                     ``raise`` (the default): raise them once (``flor.malloc``)
 (none)                         ``FLOR_REPLAY_ID``   shared id of the workers of one replay
+(none)                         ``FLOR_RANK_TIMEOUT`` seconds the ranks of a DDP run (and torchrun's replay workers)
+                                                    wait for rank 0 to name the run or replay (600)
 (none)                         ``FLOR_DEBUG=1``     a FlorError ends the script with its traceback too
                                                     (else one line ``flor: error: ...``, exit status 2)
 =============================  ===================  =============================================
@@ -110,6 +112,7 @@ class Settings:
     flush_timeout: float = 20.0  # record: the exit waits this long for queued checkpoints (Slurm/k8s grace)
     writer_memory: int | None = None  # record: bytes of queued snapshots; None: min(1 GiB, 10% of RAM)
     malloc: str = "raise"  # FLOR_MALLOC: "raise" glibc's thresholds once (flor.malloc) or leave them at "default"
+    rank_timeout: float = 600.0  # DDP: seconds ranks wait for rank 0 to name the run (rank 0 may still load data)
     notes: tuple[str, ...] = ()  # flags given that this mode does not use: said once at import
 
     @property
@@ -257,6 +260,22 @@ def _writer_settings(env: Mapping[str, str]) -> dict:
         if out["writer_memory"] < 1:
             raise ConfigError(f"FLOR_WRITER_MEMORY={memory!r} leaves no memory for checkpoints; write e.g. 512MB")
     return out
+
+
+def _rank_timeout(env: Mapping[str, str]) -> float:
+    """``FLOR_RANK_TIMEOUT``: seconds a DDP rank waits for rank 0 to name the run (600 unset or empty)."""
+    text = env.get("FLOR_RANK_TIMEOUT")
+    if text is None or not text.strip():
+        return 600.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e9:  # also nan and inf: a rank must not wait forever for a rank 0 that died
+        raise ConfigError(f"FLOR_RANK_TIMEOUT={text!r} is not a number of seconds > 0; write e.g. "
+                          "FLOR_RANK_TIMEOUT=600 (how long the ranks of a DDP run wait for rank 0 to name the "
+                          "run, which may still be loading data), or unset it")
+    return value
 
 
 def _malloc(env: Mapping[str, str]) -> str:
@@ -421,6 +440,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     strict = _parse_bool(flags.get("--flor_strict") or env.get("FLOR_STRICT", "0"), "--flor_strict/FLOR_STRICT")
     strong = _parse_bool(flags.get("--flor_strong") or env.get("FLOR_STRONG", "0"), "--flor_strong/FLOR_STRONG")
     lenient = _parse_bool(flags.get("--flor_lenient") or env.get("FLOR_LENIENT", "0"), "--flor_lenient/FLOR_LENIENT")
+    rank_timeout = _rank_timeout(env)
     if strict and lenient:
         raise ConfigError("--flor_strict and --flor_lenient contradict each other (strict fails on what lenient "
                           "lets pass): give one of them")
@@ -452,7 +472,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     notes = _ignored_flags(flags, "replay" if replay else "record")
     if not replay:
         return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, strict=strict, debug=debug,
-                        config_dir=trust["config_dir"], malloc=malloc, notes=notes, **spool,
+                        config_dir=trust["config_dir"], malloc=malloc, notes=notes, rank_timeout=rank_timeout, **spool,
                         **_writer_settings(env)), rest
 
     if replay_value is not None and replay_value.strip().lower() not in ("", "all"):
@@ -474,7 +494,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         Settings(
             mode="replay", name=name, home=home, pid=pid, ngpus=ngpus, placed_by=placed_by,
             run=run, strict=strict, lenient=lenient, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
-            threads=threads, debug=debug, malloc=malloc, notes=notes, **trust, **spool,
+            threads=threads, debug=debug, malloc=malloc, notes=notes, rank_timeout=rank_timeout, **trust, **spool,
         ),
         rest,
     )

@@ -131,7 +131,7 @@ class RecordSession(Checkpointing, Session):
         self.passed_ids: set[int] = set()
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
-        self.ranks = RankLink.for_record(settings.name or "")  # DDP: the other ranks log beside this run
+        self.ranks = RankLink.for_record(settings)  # DDP: the other ranks log beside this run
         if self.ranks is not None:
             self.meta.world_size = self.ranks.world
             self.ranks.agree_run(self.run)
