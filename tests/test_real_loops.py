@@ -257,11 +257,12 @@ def test_the_unchanged_names_of_an_outer_state_line_are_checked(tmp_path):
     from flor.watch.loop import read_outer_state
 
     path = tmp_path / "outer-state.jsonl"
-    lines = [{"epoch": 0, "vars": {"a": 1}, "unchanged": "a"},  # not a list: nothing is taken as unchanged
+    lines = [{"epoch": 0, "vars": {"a": 1}, "unchanged": "a"},  # not a list: a damaged line, skipped
              {"epoch": 1, "vars": {"a": 1, "b": 2}, "unchanged": [1, "b", None, {"x": 1}]},
-             {"epoch": 2, "vars": {"a": 1}}]  # an older flor: no field
+             {"epoch": 2, "vars": {"a": 1}}]  # no field: damaged too (run.json format 2 always writes it)
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    assert [read_outer_state(path, e)["unchanged"] for e in range(3)] == [[], ["b"], []]
+    assert read_outer_state(path, 0) is None and read_outer_state(path, 2) is None
+    assert read_outer_state(path, 1)["unchanged"] == ["b"]
 
 
 UNFREEZE = """\

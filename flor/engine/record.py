@@ -125,7 +125,6 @@ class RecordSession(Checkpointing, Session):
         self.grad_probes: dict[str, Any] = {}  # block -> a parameter whose gradient its second run may carry over
         self.carried_grad: CarriedGrad | None = None
         self.outside, self.outside_found = OutsideChanges(), {}  # tensors code between blocks changed
-        self.meta.outside_watched = True
         self.block_vars, self.block_vars_s = BlockVars(), 0.0  # the plain variables each block changes, noted at its end()
         self.block_state = OuterStateWriter(self.layout.block_state, "the variables a block changes")
         self.passed_ids: set[int] = set()

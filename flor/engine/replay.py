@@ -332,8 +332,8 @@ class ReplaySession(Session):
         try:
             rec = read_outer_state(self.layout.outer_state, after)
             if rec is None:
-                self.note(f"the recording has no outer-loop state for epoch {after} (recorded by an older flor, or "
-                          "its write failed): variables of the loop outside end() start as the script sets them "
+                self.note(f"the recording has no outer-loop state for epoch {after} (its write failed, or the "
+                          "file is damaged): variables of the loop outside end() start as the script sets them "
                           "before the loop; replay with --flor_strong if they matter")
                 return
             values, missing = {}, list(rec["unrestorable"])
@@ -441,7 +441,7 @@ class ReplaySession(Session):
         """The global generators whose state now is not the one the block started from when recorded."""
         from ..state import capture_rng, diff_rng, snapshot
 
-        captured = capture_rng(like=manifest["rng_start"])
+        captured = capture_rng()
         now = snapshot(captured, copy=False).materialize()
         return sorted({p.split(".")[0].split("[")[0]
                        for p in diff_rng(manifest["rng_start"], now, self._undrawn(manifest, "rng_start", captured))})
@@ -577,7 +577,7 @@ class ReplaySession(Session):
         in place where the recording's did not (``OutsideChanges``): a hindsight line that
         trains, or runs the model in training mode. Said once, and in the verdict."""
         changed = self.outside.started()
-        if not changed or self.summary.outside or not self.meta.outside_watched:  # (an older recording: unknown)
+        if not changed or self.summary.outside:
             return
         recorded = (self._block_state().get((epoch, name, occ)) or {}).get("outside", {})
         new = [path for path, ops in changed.items() if recorded.get(path) != ops]
@@ -637,7 +637,7 @@ class ReplaySession(Session):
         from ..state import capture_rng, diff_nodes, diff_rng, snapshot
 
         now_objs = snapshot(list(objs), copy=False).materialize()
-        captured = capture_rng(like=manifest["rng"])
+        captured = capture_rng()
         now_rng = snapshot(captured, copy=False).materialize()
         diffs = [self._label(p, manifest) for p in diff_nodes(manifest["objects"], now_objs)]
         rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state"

@@ -244,12 +244,12 @@ def read_outer_state(path: Path, epoch: int) -> dict[str, Any] | None:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("epoch") == epoch and isinstance(rec.get("vars"), dict):
+        if isinstance(rec, dict) and rec.get("epoch") == epoch and isinstance(rec.get("vars"), dict) \
+                and isinstance(rec.get("unchanged"), list):  # a line without "unchanged" is damaged
             found = rec  # the last one wins (a resumed recording appends again)
     if found is None:
         return None
     unrestorable = found.get("unrestorable")
     found["unrestorable"] = [str(n) for n in unrestorable] if isinstance(unrestorable, list) else []
-    unchanged = found.get("unchanged")  # absent in a recording of an older flor: every variable is restored
-    found["unchanged"] = [n for n in unchanged if isinstance(n, str)] if isinstance(unchanged, list) else []
+    found["unchanged"] = [n for n in found["unchanged"] if isinstance(n, str)]
     return found
