@@ -9,8 +9,11 @@ flag                           variable             meaning
 ``--flor NAME``                ``FLOR_NAME``        record into (or replay from) experiment NAME
 ``--replay_flor [PID/NGPUS]``  ``FLOR_REPLAY``      replay; optionally the PID-th of NGPUS segments
 ``--flor_run RUN``             ``FLOR_RUN``         replay this recorded run instead of the latest
-``--flor_strict``              ``FLOR_STRICT=1``    replay: also fail when outer-loop state cannot be restored
-``--flor_lenient``             ``FLOR_LENIENT=1``   replay: exit 0 even when values diverged (default: status 3)
+``--flor_verdict V``           ``FLOR_VERDICT``     replay: how a worker ends, on one axis: ``strict`` (also fail
+                                                    when state cannot be restored), ``default`` (a divergence
+                                                    exits 3) or ``lenient`` (exit 0 even when values diverged)
+``--flor_strict``              ``FLOR_STRICT=1``    the same as ``--flor_verdict strict``
+``--flor_lenient``             ``FLOR_LENIENT=1``   the same as ``--flor_verdict lenient``
 ``--flor_strong``              ``FLOR_STRONG=1``    initialize a replay worker from epoch 0
 ``--flor_every N``             ``FLOR_EVERY``       record: checkpoint every N-th epoch (no adaptation)
 ``--flor_overhead F``          ``FLOR_OVERHEAD``    record: checkpoint stall budget, a fraction of
@@ -33,6 +36,8 @@ flag                           variable             meaning
 (none)                         ``FLOR_MALLOC``      ``default``: leave glibc's malloc thresholds alone;
                                                     ``raise`` (the default): raise them once (``flor.malloc``)
 (none)                         ``FLOR_REPLAY_ID``   shared id of the workers of one replay
+(none)                         ``FLOR_RANK_TIMEOUT`` seconds the ranks of a DDP run (and torchrun's replay workers)
+                                                    wait for rank 0 to name the run or replay (600)
 (none)                         ``FLOR_DEBUG=1``     a FlorError ends the script with its traceback too
                                                     (else one line ``flor: error: ...``, exit status 2)
 =============================  ===================  =============================================
@@ -41,6 +46,10 @@ Workers placed by Slurm share a replay id derived from the job (``slurm<JOBID>``
 array, ``slurm<JOBID>.<STEPID>`` for ``srun``), and torchrun's workers one derived from
 ``TORCHELASTIC_RUN_ID`` (or agreed through torchrun's store, see ``flor.ddp``), so the logs
 of one replay group together without ``FLOR_REPLAY_ID``.
+
+``--flor_verdict`` and its two aliases are one setting: flags that set it two ways
+(``--flor_strict --flor_lenient``, ``--flor_verdict lenient --flor_strict``) are an error, as are
+variables that do (``FLOR_STRICT=1 FLOR_LENIENT=1``); any of the flags wins over all of the variables.
 
 Every value is checked in every mode; a flag on the command line that the mode does not use
 (a replay-only flag while recording, ``--flor_every``/``--flor_overhead`` while replaying) gets a
@@ -64,7 +73,7 @@ from typing import Mapping, Sequence
 from .errors import ConfigError
 from .placement import parse_segment, shared_replay_id, worker_place
 
-__all__ = ["Settings", "parse", "parse_epoch_range", "parse_s3_url", "validate_name", "SETTINGS"]
+__all__ = ["Settings", "VERDICTS", "VERDICT_VARIABLES", "parse", "parse_epoch_range", "parse_s3_url", "validate_name", "SETTINGS"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _SEGMENT_RE = re.compile(r"^-?[A-Za-z0-9]*/[A-Za-z0-9]*$")
@@ -72,7 +81,8 @@ _BOOL_TRUE = {"1", "true", "yes", "on"}
 _BOOL_FALSE = {"0", "false", "no", "off", ""}
 
 #: flags that take a value, and flags that are switches
-_VALUE_FLAGS = {"--flor", "--flor_epochs", "--flor_threads", "--flor_run", "--flor_every", "--flor_overhead", "--flor_spool"}
+_VALUE_FLAGS = {"--flor", "--flor_epochs", "--flor_threads", "--flor_run", "--flor_every", "--flor_overhead", "--flor_spool",
+                "--flor_verdict"}
 #: S3's bucket naming rules (lowercase letters, digits, '.', '-'; 3 to 63 characters)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SWITCH_FLAGS = {"--flor_strict", "--flor_lenient", "--flor_strong", "--flor_trust_pickles"}
@@ -80,6 +90,8 @@ _SWITCH_FLAGS = {"--flor_strict", "--flor_lenient", "--flor_strong", "--flor_tru
 MAX_EPOCHS = 10**9
 MAX_THREADS = 1024
 MAX_WORKERS = 10**6
+#: how a replay worker ends, from the most to the least demanding (``Settings.verdict``)
+VERDICTS = ("strict", "default", "lenient")
 
 
 @dataclass(frozen=True)
@@ -93,8 +105,9 @@ class Settings:
     ngpus: int = 1
     placed_by: str = "default"  # where pid/ngpus came from
     run: str | None = None
-    strict: bool = False  # replay: outer-loop state that cannot be restored fails the worker
-    lenient: bool = False  # replay: a divergence exits 0 (default 3)
+    #: replay: "strict" (state that cannot be restored fails the worker), "default" (a divergence
+    #: exits 3) or "lenient" (a divergence exits 0); --flor_strict/--flor_lenient are its aliases
+    verdict: str = "default"
     strong: bool = False
     every: int | None = None  # None: adaptive, within the overhead budget
     overhead: float = 0.01
@@ -110,7 +123,18 @@ class Settings:
     flush_timeout: float = 20.0  # record: the exit waits this long for queued checkpoints (Slurm/k8s grace)
     writer_memory: int | None = None  # record: bytes of queued snapshots; None: min(1 GiB, 10% of RAM)
     malloc: str = "raise"  # FLOR_MALLOC: "raise" glibc's thresholds once (flor.malloc) or leave them at "default"
+    rank_timeout: float = 600.0  # DDP: seconds ranks wait for rank 0 to name the run (rank 0 may still load data)
     notes: tuple[str, ...] = ()  # flags given that this mode does not use: said once at import
+
+    @property
+    def strict(self) -> bool:
+        """``verdict == "strict"``: what ``--flor_strict`` asks for."""
+        return self.verdict == "strict"
+
+    @property
+    def lenient(self) -> bool:
+        """``verdict == "lenient"``: what ``--flor_lenient`` asks for."""
+        return self.verdict == "lenient"
 
     @property
     def experiment_dir(self) -> Path:
@@ -259,6 +283,70 @@ def _writer_settings(env: Mapping[str, str]) -> dict:
     return out
 
 
+def _rank_timeout(env: Mapping[str, str]) -> float:
+    """``FLOR_RANK_TIMEOUT``: seconds a DDP rank waits for rank 0 to name the run (600 unset or empty)."""
+    text = env.get("FLOR_RANK_TIMEOUT")
+    if text is None or not text.strip():
+        return 600.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e9:  # also nan and inf: a rank must not wait forever for a rank 0 that died
+        raise ConfigError(f"FLOR_RANK_TIMEOUT={text!r} is not a number of seconds > 0; write e.g. "
+                          "FLOR_RANK_TIMEOUT=600 (how long the ranks of a DDP run wait for rank 0 to name the "
+                          "run, which may still be loading data), or unset it")
+    return value
+
+
+#: the verdict each of its flags and variables sets, in the order they are named in errors
+_VERDICT_FLAGS = ("--flor_verdict", "--flor_strict", "--flor_lenient")
+VERDICT_VARIABLES = ("FLOR_VERDICT", "FLOR_STRICT", "FLOR_LENIENT")
+
+
+def _verdict(flags: Mapping[str, str | None], env: Mapping[str, str]) -> str:
+    """``Settings.verdict`` from ``--flor_verdict`` and its aliases ``--flor_strict`` and
+    ``--flor_lenient``, else from ``FLOR_VERDICT``, ``FLOR_STRICT`` and ``FLOR_LENIENT``: any of
+    the flags wins over all of the variables; within one of them, two verdicts are an error.
+
+    >>> _verdict({"--flor_lenient": "1"}, {"FLOR_STRICT": "1"})
+    'lenient'
+    >>> _verdict({"--flor_verdict": "strict", "--flor_strict": "1"}, {})
+    'strict'
+    >>> _verdict({"--flor_verdict": "lenient", "--flor_strict": "1"}, {})
+    Traceback (most recent call last):
+    flor.errors.ConfigError: --flor_verdict lenient and --flor_strict contradict each other: ...
+    """
+    given = {k: v for k, v in flags.items() if k in _VERDICT_FLAGS}
+    if given:
+        values, forms = given, ("--flor_verdict {}", "--flor_strict", "--flor_lenient")
+    else:
+        values = {k: env[k] for k in VERDICT_VARIABLES if (env.get(k) or "").strip()}
+        forms = ("FLOR_VERDICT={}", "FLOR_STRICT=1", "FLOR_LENIENT=1")
+    said: dict[str, str] = {}  # verdict -> how it was asked for, in the order of the names
+    for flag, var, form, alias in zip(_VERDICT_FLAGS, VERDICT_VARIABLES, forms, (None, "strict", "lenient")):
+        name = flag if given else var
+        if name not in values:
+            continue
+        text = values[name] or ""
+        if alias is None:
+            verdict = text.strip().lower()
+            if verdict not in VERDICTS:
+                raise ConfigError(f"{name}={text!r} is not a verdict: write {form.format('strict')}, default or "
+                                  "lenient (strict also fails on state a replay cannot restore; default exits 3 "
+                                  "when values diverged; lenient exits 0 then)")
+            said.setdefault(verdict, form.format(verdict))
+        elif _parse_bool(text, f"{flag}/{var}"):
+            said.setdefault(alias, form)
+    if len(said) > 1:
+        (first, one), (second, other) = list(said.items())[:2]
+        fix = "give one of them" if given else "unset all but one"
+        raise ConfigError(f"{one} and {other} contradict each other: they ask for the verdicts {first} and "
+                          f"{second} (strict fails on what lenient lets pass); {fix} "
+                          f"({'--flor_verdict ' if given else 'FLOR_VERDICT='}strict, default or lenient)")
+    return next(iter(said), "default")
+
+
 def _malloc(env: Mapping[str, str]) -> str:
     """``FLOR_MALLOC``: ``raise`` (unset or empty too) or ``default``."""
     text = env.get("FLOR_MALLOC") or ""
@@ -317,8 +405,8 @@ def _parse_threads(text: str) -> int:
 
 
 #: flags that one mode takes and the other has no use for
-_REPLAY_ONLY = ("--flor_run", "--flor_epochs", "--flor_threads", "--flor_strict", "--flor_lenient", "--flor_strong",
-                "--flor_trust_pickles")
+_REPLAY_ONLY = ("--flor_run", "--flor_epochs", "--flor_threads", "--flor_verdict", "--flor_strict", "--flor_lenient",
+                "--flor_strong", "--flor_trust_pickles")
 _RECORD_ONLY = ("--flor_every", "--flor_overhead")
 
 
@@ -418,12 +506,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
 
     home = _home(env)
 
-    strict = _parse_bool(flags.get("--flor_strict") or env.get("FLOR_STRICT", "0"), "--flor_strict/FLOR_STRICT")
+    verdict = _verdict(flags, env)
     strong = _parse_bool(flags.get("--flor_strong") or env.get("FLOR_STRONG", "0"), "--flor_strong/FLOR_STRONG")
-    lenient = _parse_bool(flags.get("--flor_lenient") or env.get("FLOR_LENIENT", "0"), "--flor_lenient/FLOR_LENIENT")
-    if strict and lenient:
-        raise ConfigError("--flor_strict and --flor_lenient contradict each other (strict fails on what lenient "
-                          "lets pass): give one of them")
+    rank_timeout = _rank_timeout(env)
     debug = _parse_bool(env.get("FLOR_DEBUG", "0"), "FLOR_DEBUG")
     malloc = _malloc(env)
     trust = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
@@ -451,9 +536,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
 
     notes = _ignored_flags(flags, "replay" if replay else "record")
     if not replay:
-        return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, strict=strict, debug=debug,
-                        config_dir=trust["config_dir"], malloc=malloc, notes=notes, **spool,
-                        **_writer_settings(env)), rest
+        return Settings(mode="record", name=name, home=home, every=every, overhead=overhead, verdict=verdict,
+                        debug=debug, config_dir=trust["config_dir"], malloc=malloc, notes=notes,
+                        rank_timeout=rank_timeout, **spool, **_writer_settings(env)), rest
 
     if replay_value is not None and replay_value.strip().lower() not in ("", "all"):
         pid, ngpus = parse_segment(replay_value, replay_origin)
@@ -473,8 +558,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     return (
         Settings(
             mode="replay", name=name, home=home, pid=pid, ngpus=ngpus, placed_by=placed_by,
-            run=run, strict=strict, lenient=lenient, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
-            threads=threads, debug=debug, malloc=malloc, notes=notes, **trust, **spool,
+            run=run, verdict=verdict, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
+            threads=threads, debug=debug, malloc=malloc, notes=notes, rank_timeout=rank_timeout, **trust, **spool,
         ),
         rest,
     )

@@ -21,6 +21,7 @@ from flor.store.runlogs import retire_worker_files
 from flor.logs.summary import goal_of, summarize
 from flor.logs.tensorboard import EventFileWriter, global_step, write_replay_events
 from flor.errors import ConfigError
+from flor.store.runmeta import FORMAT as RUN_FORMAT
 from flor.verify import compare_logs
 
 
@@ -29,7 +30,8 @@ def fake_run(home: Path, name: str, run: str, hp: dict, values: dict[str, list],
     """A run folder as a recording leaves it: run.json and logs (one value per epoch)."""
     d = home / name / "runs" / run
     (d / "logs").mkdir(parents=True)
-    (d / "run.json").write_text(json.dumps({"run": run, "status": status, "hyperparameters": hp}))
+    (d / "run.json").write_text(json.dumps({"name": name, "run": run, "status": status, "hyperparameters": hp,
+                                            "format": RUN_FORMAT}))
 
     def lines(vals: dict[str, list], t0: float) -> str:
         return "".join(json.dumps({"name": n, "value": v, "epoch": e, "step": None, "block": None, "t": t0 + e}) + "\n"

@@ -47,8 +47,12 @@ DAMAGED_RUN_JSON = {
     "truncated": (b'{"name": "toy", "run', "not valid JSON"),
     "not json": (b"\x00\xff\xfe binary", "not valid JSON"),
     "a list": (b"[1, 2]", "expected a JSON object, found list"),
-    "wrong type": (b'{"status": "finished", "hyperparameters": [1]}', "hyperparameters is list"),
-    "bad status": (b'{"status": "../../etc"}', "status '../../etc' is not one of"),
+    "wrong type": (b'{"format": 2, "name": "toy", "run": "r", "status": "finished", "hyperparameters": [1]}',
+                   "hyperparameters is list"),
+    "bad status": (b'{"format": 2, "name": "toy", "run": "r", "status": "../../etc"}', "status '../../etc' is not one of"),
+    "no format": (b'{"name": "toy", "run": "r", "status": "finished"}', "format is None, not a run.json format"),
+    "older flor": (b'{"format": 1, "name": "toy", "run": "r", "status": "finished"}',
+                   "recorded by flor older than 0.1.0 (format 1); record again"),
     "nested too deep": (b"[" * 100000, "not valid JSON"),
 }
 
@@ -156,7 +160,7 @@ def test_replay_beside_a_damaged_run(store: Runner) -> None:
 
 def test_replay_all_leaves_out_a_damaged_run(store: Runner) -> None:
     first, bad, last = runs(store)
-    damage(store, bad, b'{"status": 3}')
+    damage(store, bad, b'{"format": 2, "name": "toy", "run": "r", "status": 3}')
     before = store.tree()
     proc = store.flor("replay", "toy", "--all", "--dry-run", "--", "python", "toy.py", check=False)
     one_note(proc, bad, "status is int 3")

@@ -32,8 +32,8 @@ from flor.errors import FlorError
 from flor.logs import parse_record, read_jsonl
 from flor.state import PickleTrust, capture_rng, restore_all, snapshot
 from flor.store import ExperimentStore
-from flor.store.manifest import canonical_bytes, seal
-from flor.store.runmeta import RunMeta
+from flor.store.manifest import FORMAT, canonical_bytes, seal
+from flor.store.runmeta import FORMAT as RUN_FORMAT, RunMeta
 
 CASES: collections.Counter = collections.Counter()
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True, database=None,
@@ -83,11 +83,12 @@ def store(tmp_path_factory) -> ExperimentStore:  # noqa: ANN001
     with warnings.catch_warnings():  # the Counter's "only with pickle" warning: tested elsewhere
         warnings.simplefilter("ignore")
         tree = snapshot(objs).materialize(put)
-    manifest = {"format": 2, "block": "b", "epoch": 0, "occurrence": 0, "count": len(objs),
+    manifest = {"format": FORMAT, "block": "b", "epoch": 0, "occurrence": 0, "count": len(objs),
                 "objects": tree, "rng": snapshot(capture_rng()).materialize(put),
                 "rng_start": snapshot(capture_rng()).materialize(put), "digest": "0" * 32, "bytes": 1}
     store.write_json(store.manifest_key(RUN, "b", 0, 0), seal(manifest))
-    store.write_json(store.run_key(RUN, "run.json"), {"name": "fuzz", "run": RUN, "status": "finished"})
+    store.write_json(store.run_key(RUN, "run.json"), {"name": "fuzz", "run": RUN, "status": "finished",
+                                                           "format": RUN_FORMAT})
     store.good = json.loads(json.dumps(manifest))  # type: ignore[attr-defined]
     return store
 
@@ -245,7 +246,7 @@ def test_an_intact_manifest_restores(store: ExperimentStore) -> None:
 
 # -- run.json ------------------------------------------------------------------------------
 
-GOOD_RUN = {"name": "fuzz", "run": RUN, "status": "finished", "format": 1, "pid": 12, "argv": ["t.py", "--lr", "1"],
+GOOD_RUN = {"name": "fuzz", "run": RUN, "status": "finished", "format": RUN_FORMAT, "pid": 12, "argv": ["t.py", "--lr", "1"],
             "torch_threads": 4, "started": 1.5, "epochs_planned": 3, "epochs_done": 3,
             "epoch_blocks": {"0": [["b", 0]], "1": [["b", 0]]}, "outside_blocks": [], "timings": {"epoch_s": [0.1]},
             "hyperparameters": {"lr": 1}, "git": None, "world_size": 1}

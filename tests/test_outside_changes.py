@@ -46,16 +46,3 @@ def test_the_scripts_own_forward_is_not_named_but_a_second_one_is(tmp_path):
     probed = r.run(r.script("outside_changes.py", PROBE, dest="hindsight.py"), "--outer-forward", "--flor", "o",
                    "--replay_flor")
     assert SAID in _verdict(probed), probed.stderr  # the script's forward and the hindsight one: twice as many
-
-
-def test_nothing_is_said_for_a_recording_that_did_not_watch(tmp_path):
-    r = Runner(tmp_path)
-    r.run(r.script("outside_changes.py"), "--outer-forward", "--flor", "o")
-    meta_path = next(r.home.glob("o/runs/*/run.json"))
-    meta = json.loads(meta_path.read_text())
-    assert meta["outside_watched"] is True
-    meta["outside_watched"] = False  # as a recording of an older flor reads
-    meta_path.write_text(json.dumps(meta))
-    proc = r.run(r.script("outside_changes.py", PROBE, dest="hindsight.py"), "--outer-forward", "--flor", "o",
-                 "--replay_flor", check=False)
-    assert "outside the blocks" not in proc.stderr

@@ -310,7 +310,7 @@ def test_pull_reports_through_the_callers_progress_and_prints_nothing(
     home.write_json(home.manifest_key(run, "train", 0, 0), seal({
         "block": "train", "epoch": 0, "occurrence": 0, "count": 3, "rng": rng,
         "objects": {"t": "list", "v": [{"t": "bytes", "h": d} for d in digests]}}))
-    home.write_json(home.run_key(run, "run.json"), {"status": "finished"})
+    home.write_json(home.run_key(run, "run.json"), {"format": 2, "name": "demo", "run": run, "status": "finished"})
     spooler = Spooler(home, url, workers=2)
     spooler.spool()
     assert spooler.counts.uploaded == 5 and not spooler.failures

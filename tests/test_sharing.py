@@ -375,7 +375,8 @@ def test_pull_and_replay_from_a_bucket_with_planted_keys_write_nothing_outside(r
 
 @pytest.mark.parametrize("planted, why", [
     (b"[1, 2]", "expected a JSON object, found list"),
-    (b'{"status": "finished", "argv": "rm -rf ~"}', "argv is str"),
+    (b'{"format": 2, "name": "toy", "run": "r", "status": "finished", "argv": "rm -rf ~"}', "argv is str"),
+    (b'{"format": 1, "name": "toy", "run": "r", "status": "finished"}', "older than 0.1.0 (format 1); record again"),
     (b'{"name": "toy", "run', "not valid JSON"),
 ])
 def test_a_pulled_run_json_of_another_type_never_enters_the_store(runner: Runner, moto, bucket,  # noqa: ANN001

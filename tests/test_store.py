@@ -6,6 +6,7 @@ import pytest
 
 from flor.errors import CorruptBlobError, FlorError, StorageError
 from flor.store import BlobStore, ExperimentStore, LocalBackend, blob_key, hash_bytes
+from flor.store.runmeta import RunMeta
 
 
 def test_roundtrip_and_dedup(tmp_path):
@@ -58,7 +59,7 @@ def test_run_resolution_errors(tmp_path):
     with pytest.raises(Exception, match="nothing recorded"):
         store.resolve_run(None)
     for run in ("20260101T000000.000001-aaaaaa", "20260102T000000.000001-bbbbbb"):
-        store.write_json(store.run_key(run, "run.json"), {})
+        store.write_json(store.run_key(run, "run.json"), RunMeta("exp", run).to_json())
     assert store.resolve_run(None) == "20260102T000000.000001-bbbbbb"
     assert store.resolve_run("20260101") == "20260101T000000.000001-aaaaaa"
     with pytest.raises(Exception, match="ambiguous"):

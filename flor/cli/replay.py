@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FlorError
-from ..settings import MAX_WORKERS, SETTINGS, validate_name
+from ..settings import MAX_WORKERS, SETTINGS, VERDICTS, validate_name
 from ..store import ExperimentStore
 
 from .common import subcommand
@@ -69,12 +69,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         _check_command(command)
     _stop_on_termination()
     return run_launch(store, run, command, executor=_executor(args.ray), workers=args.workers, gpus=gpus,
-                      epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh)
+                      epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh,
+                      verdict=args.verdict)
 
 
 def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
     """``--all``/``--runs``/``--where``: every selected run with its own arguments, one pool, one table."""
-    from ..launch.launcher import detect_gpus
+    from ..launch.launcher import check_verdict_once, detect_gpus
     from ..launch.sweep import plan_sweep, print_dry_run, run_sweep, select_runs
 
     for flag, given in (("--run", args.run), ("--epochs", args.epochs), ("--plan", args.plan),
@@ -89,6 +90,7 @@ def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
         threads = int(args.threads)
     if args.ray is None and not args.dry_run:
         _check_command(list(args.cmd or []))
+    check_verdict_once(list(args.cmd or []), args.verdict)
     runs = select_runs(store, every=args.all, runs=args.runs or [], where=args.where or [])
     plan = plan_sweep(store, runs, list(args.cmd or []))
     if args.dry_run:
@@ -96,7 +98,7 @@ def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
         return 0 if not any(sr.skipped for sr in plan) else 1
     _stop_on_termination()
     return run_sweep(store, plan, executor=_executor(args.ray), workers=args.workers, gpus=detect_gpus(args.gpus),
-                     strong=args.strong, threads=threads, fresh=args.fresh)
+                     strong=args.strong, threads=threads, fresh=args.fresh, verdict=args.verdict)
 
 
 def _stop_on_termination() -> None:
@@ -209,6 +211,10 @@ Run the same command again after a failure: only the missing segments replay. Se
     p.add_argument("--epochs", default=None, metavar="A:B",
                    help="replay only epochs A..B-1 (a Python slice: 40:61, 40:, :10, 7), from the nearest checkpoints")
     p.add_argument("--strong", action="store_true", help="initialize every worker from epoch 0")
+    p.add_argument("--verdict", choices=VERDICTS, default=None,
+                   help="how the workers end (FLOR_VERDICT): strict also fails a worker on state it cannot restore; "
+                        "default exits 3 when values diverged; lenient exits 0 then (default: FLOR_VERDICT, "
+                        "FLOR_STRICT or FLOR_LENIENT as set, else default)")
     p.add_argument("--threads", default=None, metavar="N|auto",
                    help="torch threads per worker instead of the recorded count (not bit-exact); "
                         "auto: this machine's cores divided among the workers")

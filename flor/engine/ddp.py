@@ -41,28 +41,29 @@ from ..store.runmeta import RunMeta
 
 __all__ = ["RankLink", "RankSession", "check_replay_world", "fingerprint", "record_rank", "shared_replay_id"]
 
-#: how long ranks wait for rank 0 to name the run (rank 0 may still be loading data)
-AGREE_TIMEOUT_S = float(os.environ.get("FLOR_RANK_TIMEOUT", "600"))
 _SAMPLE = 256
 
 
-def _agent_store(env: Mapping[str, str] = os.environ) -> Any:
-    """A client of torchrun's store, or None when not under torchrun (or it cannot be reached)."""
+def _agent_store(timeout: float, env: Mapping[str, str] = os.environ) -> Any:
+    """A client of torchrun's store that waits ``timeout`` seconds for a key (``Settings.rank_timeout``,
+    ``FLOR_RANK_TIMEOUT``: rank 0 may still be loading data), or None when not under torchrun (or
+    it cannot be reached)."""
     if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not env.get("MASTER_PORT"):
         return None
     try:
         from torch.distributed import TCPStore
 
         return TCPStore(env.get("MASTER_ADDR", "127.0.0.1"), int(env["MASTER_PORT"]), is_master=False,
-                        timeout=timedelta(seconds=AGREE_TIMEOUT_S))
+                        timeout=timedelta(seconds=timeout))
     except (RuntimeError, ValueError, ImportError) as exc:
         warn("FL117", f"cannot reach torchrun's store at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')} ({exc})")
         return None
 
 
-def _agree(key: str, mine: str | None, rank: int) -> str | None:
-    """The value rank 0 proposes for ``key``, on every rank; None when there is no channel."""
-    store = _agent_store()
+def _agree(key: str, mine: str | None, rank: int, timeout: float) -> str | None:
+    """The value rank 0 proposes for ``key``, on every rank (each waiting at most ``timeout``
+    seconds for it); None when there is no channel."""
+    store = _agent_store(timeout)
     full = f"flor/{key}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     if store is not None:
         if rank == 0:
@@ -71,7 +72,8 @@ def _agree(key: str, mine: str | None, rank: int) -> str | None:
         try:
             return store.get(full).decode() or None
         except RuntimeError as exc:  # the store's timeout
-            warn("FL118", f"rank {rank} waited {AGREE_TIMEOUT_S:.0f}s for rank 0 to start recording ({exc})")
+            warn("FL118", f"rank {rank} waited {timeout:.0f}s for rank 0 to start recording ({exc}); if rank 0 "
+                 "takes longer to start, raise FLOR_RANK_TIMEOUT")
             return None
     if _group_size() is not None:
         box = [mine]
@@ -86,7 +88,7 @@ def shared_replay_id(settings: Settings) -> str | None:
     if settings.placed_by != "torchrun" or settings.ngpus < 2 or settings.replay_id is not None:
         return None
     mine = new_replay_id() if settings.pid == 0 else None
-    return _agree(f"{settings.name}/replay", mine, settings.pid)
+    return _agree(f"{settings.name}/replay", mine, settings.pid, settings.rank_timeout)
 
 
 def check_replay_world(ngpus: int, meta: RunMeta, plan: Any, restorable: set[int]) -> list[str]:
@@ -149,20 +151,21 @@ def fingerprint(objs: Any) -> str:
 class RankLink:
     """What the ranks of one recording share: the run id, and a fingerprint check per block."""
 
-    def __init__(self, name: str, rank: int, world: int) -> None:
+    def __init__(self, name: str, rank: int, world: int, *, timeout: float) -> None:
         self.name, self.rank, self.world = name, rank, world
+        self.timeout = timeout  # Settings.rank_timeout: how long a rank waits for rank 0
         self._group: Any = None  # NCCL only: flor's gloo group beside the script's default group
         self._group_of: Any = None  # a weak reference to that default group
         self._warned: set[str] = set()
 
     @classmethod
-    def for_record(cls, name: str) -> "RankLink | None":
+    def for_record(cls, settings: Settings) -> "RankLink | None":
         rank, world = record_rank()
-        return cls(name, rank, world) if world > 1 else None
+        return cls(settings.name or "", rank, world, timeout=settings.rank_timeout) if world > 1 else None
 
     def agree_run(self, run: str | None) -> str | None:
         """Rank 0 passes its new run id; every rank gets it back (None: no channel to rank 0)."""
-        return _agree(f"{self.name}/run", run, self.rank)
+        return _agree(f"{self.name}/run", run, self.rank, self.timeout)
 
     def check(self, block: str, epoch: int | None, objs: Any, meta: RunMeta | None = None) -> list[int]:
         """All-gather every rank's fingerprint of ``objs``; the ranks that differ from rank 0.
@@ -219,7 +222,7 @@ class RankSession(Session):
     def __init__(self, settings: Settings, rank: int, world: int) -> None:
         super().__init__(settings)
         self.rank = rank
-        self.link = RankLink(settings.name or "", rank, world)
+        self.link = RankLink(settings.name or "", rank, world, timeout=settings.rank_timeout)
         self.run = self.link.agree_run(None)
         self.logs: LogWriter | None = None
         if self.run is None:  # training goes on; this rank's logs are not kept, its checks still line up

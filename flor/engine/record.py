@@ -60,7 +60,7 @@ class RecordSession(Session):
             name=settings.name or "", run=self.run, pid=os.getpid(), argv=redact_argv(list(sys.argv)),
             cwd=os.getcwd(), script=script["script"], script_sha256=script["script_sha256"], git=git,
             versions=versions(), torch_threads=torch.get_num_threads(), started=self.started,
-            hyperparameters=hparams.captured(), write_failures=self.write_failures, outside_watched=True,
+            hyperparameters=hparams.captured(), write_failures=self.write_failures,
         )
         self.record = RunRecord(self.store, self.meta, self.write_failed)
         hparams.subscribe(self._hyperparameters)
@@ -103,7 +103,7 @@ class RecordSession(Session):
         self.passed_ids: set[int] = set()  # given to end() this epoch: the loop state does not name them
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
-        self.ranks = RankLink.for_record(settings.name or "")  # DDP: the other ranks log beside this run
+        self.ranks = RankLink.for_record(settings)  # DDP: the other ranks log beside this run
         if self.ranks is not None:
             self.meta.world_size = self.ranks.world
             self.ranks.agree_run(self.run)

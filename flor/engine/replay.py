@@ -265,8 +265,7 @@ class ReplaySession(Session):
         _, epoch, occ = self.open_block(name)
         self._check_recorded(name, epoch, occ)
         # what code since the last end() changed in place where the recording's did not (flor.watch.outside)
-        recorded = {"outside": self._read_state().outside.get((epoch, name, occ), {})} \
-            if self.meta.outside_watched else None
+        recorded = {"outside": self._read_state().outside.get((epoch, name, occ), {})}
         outside = self.watch.enter(name, epoch, occ, caller_frame(), recorded)
         if outside and not self.summary.outside:
             self.summary.outside = outside

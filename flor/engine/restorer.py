@@ -113,7 +113,7 @@ class Restorer:
         """The global generators whose state now is not the one the block started from when recorded."""
         from ..state import capture_rng, diff_rng, snapshot
 
-        captured = capture_rng(like=manifest["rng_start"])
+        captured = capture_rng()
         now = snapshot(captured, copy=False).materialize()
         return sorted({p.split(".")[0].split("[")[0]
                        for p in diff_rng(manifest["rng_start"], now, self._undrawn(manifest, "rng_start", captured))})
@@ -206,7 +206,7 @@ class Restorer:
         from ..state import capture_rng, diff_nodes, diff_rng, snapshot
 
         now_objs = snapshot(list(objs), copy=False).materialize()
-        captured = capture_rng(like=manifest["rng"])
+        captured = capture_rng()
         now_rng = snapshot(captured, copy=False).materialize()
         diffs = [self._label(p, manifest) for p in diff_nodes(manifest["objects"], now_objs)]
         rng_diffs = sorted({f"{p.split('.')[0].split('[')[0]} random state"

@@ -42,6 +42,7 @@ from ..errors import ConfigError, FlorError
 from ..store.runlogs import retire_worker_files
 from ..placement import cores, new_replay_id, pid_alive
 from ..redact import redact_argv, redact_command
+from ..settings import VERDICT_VARIABLES
 from ..store.ids import is_replay_id
 from ..plan import select
 from ..store import ExperimentStore
@@ -138,8 +139,10 @@ class Launch:
 
     def __init__(self, store: ExperimentStore, run: str, command: list[str], *, workers: int | None,
                  gpus: list[str], epoch_range: tuple[int, int | None] | None, strong: bool,
-                 threads: int | None, fresh: bool, out: TextIO, err: TextIO, keep_finished: bool = False) -> None:
+                 threads: int | None, fresh: bool, out: TextIO, err: TextIO, keep_finished: bool = False,
+                 verdict: str | None = None) -> None:
         self.store, self.run, self.command = store, run, command
+        self.verdict = verdict  # --verdict: every worker's FLOR_VERDICT; None: the workers' own (flags, variables)
         self.keep_finished = keep_finished  # a sweep: a run replayed before by the same command is shown, not run
         self.meta = store.read_run(run)
         self.run_dir = store.run_path(run)
@@ -249,7 +252,11 @@ class Launch:
 
     def env(self, w: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLOR_") or k in (
-            "FLOR_HOME", "FLOR_SPOOL", "FLOR_LENIENT", "FLOR_STRICT")}  # how a divergence ends: the user's choice
+            "FLOR_HOME", "FLOR_SPOOL", *VERDICT_VARIABLES)}  # how a divergence ends: the user's choice
+        if self.verdict is not None:  # --verdict wins over the variables, as a flag does in a worker
+            for k in VERDICT_VARIABLES:
+                env.pop(k, None)
+            env["FLOR_VERDICT"] = self.verdict
         for k in _PLACEMENT_VARS:
             env.pop(k, None)
         env.update({"FLOR_NAME": self.store.name, "FLOR_REPLAY": f"{w}/{self.workers}",
@@ -417,7 +424,7 @@ class Launch:
         earlier = [read_summary(self.layout.replay_summary(self.replay_id, s.index)) or {}  # done before a resume
                    for s in self.states if s.skipped and len(s.plan.segment)]
         diverged = any(s.rc == 3 for s in pending) or any(
-            x.get("verdict") == "diverged" and not x.get("lenient") for x in earlier)
+            x.get("verdict") == "diverged" and not (x.get("lenient") or self.verdict == "lenient") for x in earlier)
         return (3 if diverged else 0), summary
 
     def _header(self) -> str:
@@ -489,14 +496,33 @@ def abort_launches(launches: Sequence["Launch"], states: Sequence[WorkerState], 
                      "run the same command again to replay the missing segments")
 
 
+def check_verdict_once(command: Sequence[str], verdict: str | None) -> None:
+    """``flor replay --verdict V`` with a verdict flag in the command too: a ConfigError, since
+    the command's flag would win in every worker over the ``FLOR_VERDICT`` given to it.
+
+    >>> check_verdict_once(["python", "t.py", "--flor_lenient"], None)
+    >>> check_verdict_once(["python", "t.py", "--flor_lenient"], "strict")
+    Traceback (most recent call last):
+    flor.errors.ConfigError: --verdict strict and --flor_lenient in the command both set the replay's verdict: ...
+    """
+    if verdict is None:
+        return
+    for word in command:
+        flag = word.partition("=")[0]
+        if flag in ("--flor_verdict", "--flor_strict", "--flor_lenient"):
+            raise ConfigError(f"--verdict {verdict} and {flag} in the command both set the replay's verdict: "
+                              f"give it once, as --verdict (the command was: {redact_command(list(command))})")
+
+
 def run_launch(store: ExperimentStore, run: str, command: list[str], *, executor: Executor, workers: int | None,
                gpus: list[str], epoch_range: tuple[int, int | None] | None, strong: bool, threads: int | None,
-               fresh: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+               fresh: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr, verdict: str | None = None) -> int:
     """Replay ``run`` with ``command`` over ``workers`` workers that ``executor`` runs (the CLI
     picks it: :class:`~flor.launch.local.LocalExecutor`, or :class:`~flor.launch.ray.RayExecutor`
     for ``--ray``); the CLI's exit status."""
     if not command:
         raise ConfigError("give the training command after --, e.g. flor replay NAME -- python train.py --epochs 8")
+    check_verdict_once(command, verdict)
     for i, word in enumerate(command):
         flag, eq, value = word.partition("=")
         if flag in ("--replay_flor", "--flor_run", "--flor_epochs", "--flor_threads", "--flor_strong"):
@@ -508,5 +534,5 @@ def run_launch(store: ExperimentStore, run: str, command: list[str], *, executor
                 raise ConfigError(f"the command names --flor {given} but this replays {store.name}; "
                                   "leave --flor out of the command")
     launch = Launch(store, run, command, workers=workers, gpus=gpus, epoch_range=epoch_range, strong=strong,
-                    threads=threads, fresh=fresh, out=out, err=err)
+                    threads=threads, fresh=fresh, out=out, err=err, verdict=verdict)
     return launch.execute(executor)

@@ -198,7 +198,7 @@ def render_table(rows: list[dict[str, Any]], hp_names: list[str], metrics: list[
 
 def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executor, workers: int | None,
               gpus: list[str], strong: bool, threads: int | None, fresh: bool,
-              out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+              out: TextIO = sys.stdout, err: TextIO = sys.stderr, verdict: str | None = None) -> int:
     """Replay every run of ``plan`` through one pool of ``workers`` processes; print one table.
 
     Exit status: 0 all verified, 3 one diverged (strict), 1 a run was skipped or a worker failed."""
@@ -221,7 +221,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
                 store.backend.write(path.relative_to(store.root).as_posix(), sr.transplanted.encode())
         launch = Launch(store, sr.run, sr.command, workers=min(per_run, max(1, sr.meta.epochs)), gpus=gpus,
                         epoch_range=None, strong=strong, threads=threads, fresh=fresh, out=out, err=err,
-                        keep_finished=True)
+                        keep_finished=True, verdict=verdict)
         launch.tag, launch.extra_env, launch._lock = f"r{i} ", sr.env, lock
         launches.append((sr, launch))
     executor.open()

@@ -1,4 +1,4 @@
-"""TensorBoard event files for logged values, written with TensorBoard's own event writer.
+"""TensorBoard event files for logged values, encoded here by hand, not with TensorBoard's writer.
 
 A recording writes ``runs/<run>/tb/record/`` as its epochs end; each replay writes
 ``runs/<run>/tb/replay-<replay-id>/`` (one file per worker) when it finishes, leaving out
@@ -11,13 +11,14 @@ The x-axis (TensorBoard's global step) is aligned with the training loop:
 * a value logged without a step (or with one that is not a whole number) is at its epoch;
 * a value logged before ``flor.it``'s loop is at 0, after it at the number of epochs.
 
-Files are TensorBoard's event files (what ``torch.utils.tensorboard`` writes): TFRecord
-frames (length, masked CRC-32C of it, an ``Event`` protocol buffer, masked CRC-32C of it),
-the first holding ``file_version: "brain.Event:2"``, each other one ``wall_time``, ``step``
-and one ``summary.value {tag, simple_value}``. Those few fields are encoded here by hand:
-importing TensorBoard's writer (and protobuf) on the first value logged cost ~0.4 s of CPU
-holding the GIL on the background writer, which stalled training by ~0.25 s early in every
-run that logged (issue #13). TensorBoard itself reads them (tested).
+Why by hand: importing TensorBoard's writer (and protobuf) on the first value logged cost
+~0.4 s of CPU holding the GIL on the background writer, which stalled training by ~0.25 s
+early in every run that logged (issue #13). The files are the ones ``torch.utils.tensorboard``
+writes: TFRecord frames (length, masked CRC-32C of it, an ``Event`` protocol buffer, masked
+CRC-32C of it), the first holding ``file_version: "brain.Event:2"``, each other one
+``wall_time``, ``step`` and one ``summary.value {tag, simple_value}``; only those few fields
+are encoded. TensorBoard itself reads them back (tested); tensorboard stays a dependency to
+view them.
 """
 
 from __future__ import annotations

@@ -44,10 +44,9 @@ def diff_nodes(a: Any, b: Any, path: str = "") -> list[str]:
         if a["t"] in ("dict", "odict", "defaultdict", "object", "stateful", "dataclass") \
                 and isinstance(a.get("v"), (dict, list)):
             if a["t"] in ("object", "stateful", "dataclass"):
-                if "frozen" in a and "frozen" in b and a["frozen"] != b["frozen"]:  # (a recording older
-                    # than "frozen" has none: not a difference)
+                if a.get("frozen") != b.get("frozen"):  # which parameters require grad (a module's)
                     out.append(f"{path}.<requires_grad>" if path else "<requires_grad>")
-                if "eval" in a and "eval" in b and a["eval"] != b["eval"]:  # train/eval mode
+                if a.get("eval") != b.get("eval"):  # train/eval mode (a module's)
                     out.append(f"{path}.<training>" if path else "<training>")
                 if "aux" in a or "aux" in b:  # a module's tensors outside its state_dict
                     out += diff_nodes(a.get("aux"), b.get("aux"), f"{path}.<aux>" if path else "<aux>")

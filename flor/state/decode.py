@@ -282,10 +282,9 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             if isinstance(live, torch.optim.Optimizer):
                 _same_groups(live, state, path)
             live.load_state_dict(state)
-            if isinstance(node.get("frozen"), list) and isinstance(live, torch.nn.Module):
-                _set_frozen(live, node["frozen"])  # (absent: recorded before flor kept it)
-            if isinstance(node.get("eval"), list) and isinstance(live, torch.nn.Module):
-                _set_eval(live, node["eval"])  # (absent: recorded before flor kept it)
+            if "frozen" in node and isinstance(live, torch.nn.Module):  # a module's node: both lists (checked)
+                _set_frozen(live, node["frozen"])
+                _set_eval(live, node["eval"])
             if "aux" in node and isinstance(live, torch.nn.Module):
                 _restore_module_tensors(live, node["aux"], load, path)
             return live

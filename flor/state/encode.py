@@ -289,8 +289,8 @@ def snapshot_rng(state: Any) -> Pending:
     The usual capture (Python's words as bytes, NumPy's MT19937, torch's CPU generator, no
     CUDA) has one shape, so its tree is written out here: the writer encodes one or two of
     these per checkpoint, and the general encoder cost it ~0.1 ms each after an epoch of training
-    (issue #13). Anything else (CUDA generators, another bit generator, an older flor's word
-    list) takes ``snapshot``. The tree and the leaves, in their order, are the same.
+    (issue #13). Anything else (CUDA generators, another bit generator) takes ``snapshot``.
+    The tree and the leaves, in their order, are the same.
 
     >>> from flor.state.rng import capture_rng
     >>> state = capture_rng()

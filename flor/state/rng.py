@@ -24,15 +24,14 @@ __all__ = ["RNG_BYTES", "NumpyRaw", "capture_rng", "cuda_offset", "cuda_undrawn"
 RNG_BYTES = 10_000
 
 
-def capture_rng(like: Any = None, *, raw: bool = False) -> dict:
+def capture_rng(*, raw: bool = False) -> dict:
     """The global generators' states: Python, NumPy, torch CPU and every initialized CUDA device.
 
     Python's Mersenne Twister state (625 words) is kept as raw little-endian bytes, a leaf of
-    2.5 kB rather than 625 JSON numbers; ``like``, a recorded RNG tree of a flor that kept the
-    numbers, makes this capture keep them too, so the two compare. With ``raw`` (the
-    recorder: its captures only go to ``snapshot_rng``), Python's and NumPy's generators are
-    read from memory as raw bytes where they can be (``_python_raw``, ``NumpyRaw``), and
-    torch's CPU generator is cloned (``Generator.clone_state``: no tensor made on the training
+    2.5 kB rather than 625 JSON numbers (the only form a manifest of format 3 holds). With
+    ``raw`` (the recorder: its captures only go to ``snapshot_rng``), Python's and NumPy's
+    generators are read from memory as raw bytes where they can be (``_python_raw``,
+    ``NumpyRaw``), and torch's CPU generator is cloned (``Generator.clone_state``: no tensor made on the training
     thread; ``settled`` turns the clone into ``get_rng_state``'s tensor, on the writer): ~3 us
     in all rather than ~10, and ~50 us rather than ~120 right after an epoch of training has
     taken the caches (issue #13).
@@ -42,7 +41,7 @@ def capture_rng(like: Any = None, *, raw: bool = False) -> dict:
         version, words, gauss = python
     else:
         version, words, gauss = random.getstate()
-    if not python and not _python_words_listed(like):
+    if not python:
         packed = array.array("I", words)
         if sys.byteorder == "big":
             packed.byteswap()
@@ -164,27 +163,19 @@ def cuda_undrawn(states: Any) -> bool:
     return isinstance(states, (list, tuple)) and all(cuda_offset(s) == 0 for s in states)
 
 
-def _python_words_listed(tree: Any) -> bool:
-    """Whether a recorded RNG tree keeps Python's state words as a list of numbers (older flor)."""
-    try:
-        node = tree["v"][tree["k"].index("python")]["v"][1]
-    except (TypeError, KeyError, ValueError, IndexError):
-        return False
-    return isinstance(node, dict) and node.get("t") in ("tuple", "list")
-
-
 def _python_state(value: Any) -> tuple:
-    """``random.setstate``'s argument from a captured state (words as raw bytes, or numbers)."""
-    if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[1], (bytes, bytearray)):
-        words = array.array("I")
-        if words.itemsize != 4 or len(value[1]) % 4:
-            raise StateError("the recorded Python random state is not a whole number of 32-bit words; the "
-                             "checkpoint is damaged")
-        words.frombytes(bytes(value[1]))
-        if sys.byteorder == "big":
-            words.byteswap()
-        return (value[0], tuple(words), value[2])
-    return _as_tuple(value)
+    """``random.setstate``'s argument from a captured state (its words as raw bytes)."""
+    if not (isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[1], (bytes, bytearray))):
+        raise StateError("the recorded Python random state is not (version, words as bytes, gauss); the "
+                         "checkpoint is damaged")
+    words = array.array("I")
+    if words.itemsize != 4 or len(value[1]) % 4:
+        raise StateError("the recorded Python random state is not a whole number of 32-bit words; the "
+                         "checkpoint is damaged")
+    words.frombytes(bytes(value[1]))
+    if sys.byteorder == "big":
+        words.byteswap()
+    return (value[0], tuple(words), value[2])
 
 
 def _as_tuple(x: Any) -> Any:

@@ -36,6 +36,7 @@ from .experiment import ExperimentStore, parse_checkpoint_key
 from .hashing import hash_bytes
 from .ids import contained, is_blob_hash, is_block_name, is_checkpoint_file, is_run_id
 from .local import TMP_PREFIX, is_stale_tmp
+from .manifest import TORCH_DTYPES
 
 __all__ = ["StoreReport", "check_experiment", "repair"]
 
@@ -78,10 +79,6 @@ def _expected_size(node: dict) -> int | None:
     dtype = node.get("dtype")
     itemsize = None
     if node.get("t") == "tensor" and isinstance(dtype, str):
-        try:
-            from .manifest import TORCH_DTYPES
-        except ImportError:  # pragma: no cover - an older tree without the manifest module
-            TORCH_DTYPES = {}
         itemsize = TORCH_DTYPES.get(dtype.removeprefix("torch."))
     elif node.get("t") == "ndarray" and isinstance(dtype, str):
         import numpy as np

@@ -212,7 +212,7 @@ class ExperimentStore:
         run, what is wrong and how to set the run aside."""
         key = self.run_key(run, "run.json")
         try:
-            return RunMeta.from_json(self.read_json(key), str(self.backend.path(key)), name=self.name, run=run)
+            return RunMeta.from_json(self.read_json(key), str(self.backend.path(key)))
         except StorageError as exc:
             raise StorageError(f"run {run} of {self.name}: {exc}; to set the run aside, move {self.run_path(run)} "
                                f"out of {self.root / 'runs'} (`flor verify {self.name}` lists every problem)") from exc

@@ -33,8 +33,10 @@ __all__ = [
     "canonical_json", "dense_stride", "has_pickles", "seal", "sealed_bytes",
 ]
 
-#: manifests with a whole-manifest ``sha256``; format 1 (before it) is refused as unverifiable
-FORMAT = 2
+#: the manifest format this flor writes and reads. 3 (flor 0.1.0): a whole-manifest ``sha256``
+#: (format 2 added it), Python's RNG words as raw bytes, and a module's ``frozen`` and ``eval``
+#: lists in its node. Earlier formats are refused (``check_manifest``), not read with fallbacks.
+FORMAT = 3
 
 #: torch dtypes a tensor leaf may name, with their size in bytes (a damaged name never reaches torch)
 TORCH_DTYPES: dict[str, int] = {
@@ -335,6 +337,8 @@ def _with_v(node: dict, path: str, depth: int) -> None:
 
 def _stateful(node: dict, path: str, depth: int) -> None:
     _str(node.get("cls"), path, "the class name", _CLS)
+    if ("frozen" in node) != ("eval" in node):  # a module's node has both, any other neither
+        _fail(path, "a module's frozen parameters and its modules in eval mode are not both given")
     if "frozen" in node:  # a module's parameters that do not require grad, by state_dict name
         frozen = node["frozen"]
         if not isinstance(frozen, list):
@@ -485,13 +489,18 @@ def check_manifest(obj: Any, where: str, *, block: str | None = None, epoch: int
     ``block``, ``epoch`` and ``occurrence``, when given, must be the ones the manifest says it
     is of (a manifest copied over another epoch's file would restore the wrong state).
     """
+    fmt = obj.get("format") if isinstance(obj, dict) else None
+    if type(fmt) is int and 1 <= fmt < FORMAT:
+        raise CheckpointError(f"checkpoint manifest {where} was recorded by flor older than 0.1.0 (format {fmt}); "
+                              f"record again: this flor reads format {FORMAT} only")
+    if type(fmt) is int and FORMAT < fmt < 1000:
+        raise CheckpointError(f"checkpoint manifest {where} was written by a newer flor (format {fmt}; this flor "
+                              f"reads format {FORMAT}): upgrade flor to replay it")
     try:
         if not isinstance(obj, dict):
             _fail("", f"expected a JSON object, found {type(obj).__name__}")
-        fmt = obj.get("format")
         if fmt != FORMAT or type(fmt) is not int:
-            _fail("format", f"format {fmt!r:.20} is not {FORMAT}: written by another flor version (or damaged), "
-                  "its inline values are not covered by a checksum")
+            _fail("format", f"format {fmt!r:.20} is not a manifest format")
         if not is_block_name(obj.get("block")):
             _fail("block", f"the block name {obj.get('block')!r:.60} is not valid")
         if obj.get("epoch") is not None:

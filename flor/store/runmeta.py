@@ -17,7 +17,13 @@ from typing import Any
 from ..errors import StorageError
 from ..placement import pid_alive
 
-__all__ = ["RunMeta", "STATUSES"]
+__all__ = ["FORMAT", "RunMeta", "STATUSES"]
+
+#: the run.json format this flor writes and reads. 2 (flor 0.1.0): the recording watches in-place
+#: changes outside the blocks ("outside" in logs/block-state.jsonl), notes the loop variables it
+#: had not changed ("unchanged" in logs/outer-state.jsonl), and writes manifests of
+#: ``flor.store.manifest.FORMAT``. An earlier format is refused (``RunMeta.from_json``).
+FORMAT = 2
 
 STATUSES = ("running", "finished", "crashed", "interrupted", "terminated")
 
@@ -49,7 +55,7 @@ class RunMeta:
     name: str
     run: str
     status: str = "running"
-    format: int = 1
+    format: int = FORMAT
     pid: int | None = None
     argv: list[str] = field(default_factory=list)
     cwd: str | None = None
@@ -85,9 +91,6 @@ class RunMeta:
     #: blocks whose second run added to the gradients the first left: from then on their
     #: checkpoints keep the modules' gradients (flor.state.grads)
     grads_carried: list = field(default_factory=list)
-    #: the recording noted the tensors code between blocks changed in place ("outside" in
-    #: logs/state.jsonl, flor.watch.outside.OutsideChanges); False: recorded before it did
-    outside_watched: bool = False
     background: dict[str, Any] | None = None
     error: str | None = None
     #: the status the script asked for when it ended through ``sys.exit(n)`` or ``SystemExit(n)``
@@ -168,20 +171,34 @@ class RunMeta:
         return {**self.extra, **out}
 
     @classmethod
-    def from_json(cls, obj: Any, where: str = "run.json", *, name: str = "", run: str = "") -> "RunMeta":
-        """Check and type a parsed run.json; ``where`` names it in errors; ``name`` and ``run``
-        (the experiment and run its path says) fill in for fields an older file lacks."""
+    def from_json(cls, obj: Any, where: str = "run.json") -> "RunMeta":
+        """Check and type a parsed run.json; ``where`` names it in errors. A run.json of an
+        earlier format (flor before 0.1.0) is refused, not read with fallbacks.
+
+        >>> RunMeta.from_json({"name": "x", "run": "r", "format": 1}, "runs/r/run.json")
+        Traceback (most recent call last):
+        flor.errors.StorageError: runs/r/run.json: recorded by flor older than 0.1.0 (format 1); record again: ...
+        """
         if not isinstance(obj, dict):
             raise StorageError(f"{where}: expected a JSON object, found {type(obj).__name__}; the file is "
                                "damaged")
+        fmt = obj.get("format")
+        if type(fmt) is int and 1 <= fmt < FORMAT:
+            raise StorageError(f"{where}: recorded by flor older than 0.1.0 (format {fmt}); record again: this "
+                               f"flor reads run.json format {FORMAT} only")
+        if type(fmt) is int and FORMAT < fmt < 1000:
+            raise StorageError(f"{where}: written by a newer flor (format {fmt}; this flor reads format {FORMAT}): "
+                               "upgrade flor to read it")
+        if fmt != FORMAT or type(fmt) is not int:
+            raise StorageError(f"{where}: format is {fmt!r:.20}, not a run.json format; the file is damaged")
         known = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
-        kw: dict[str, Any] = {"extra": {k: v for k, v in obj.items() if k not in known}}
-        kw["name"] = _check(obj.get("name", name), str, "name", where, optional=False)
-        kw["run"] = _check(obj.get("run", run), str, "run", where, optional=False)
+        kw: dict[str, Any] = {"extra": {k: v for k, v in obj.items() if k not in known}, "format": fmt}
+        kw["name"] = _check(obj.get("name"), str, "name", where, optional=False)
+        kw["run"] = _check(obj.get("run"), str, "run", where, optional=False)
         kw["status"] = _check(obj.get("status", "running"), str, "status", where, optional=False)
         if kw["status"] not in STATUSES:
             raise StorageError(f"{where}: status {kw['status']!r} is not one of {', '.join(STATUSES)}")
-        ints = ("format", "pid", "torch_threads", "epochs_planned", "checkpoint_every", "exit_code")
+        ints = ("pid", "torch_threads", "epochs_planned", "checkpoint_every", "exit_code")
         for name in ints:
             if name in obj:
                 kw[name] = _check(obj[name], int, name, where)
@@ -196,8 +213,6 @@ class RunMeta:
         for name in ("cwd", "script", "script_sha256", "spool", "error", "loop_ended"):
             if name in obj:
                 kw[name] = _check(obj[name], str, name, where)
-        if "outside_watched" in obj:
-            kw["outside_watched"] = _check(obj["outside_watched"], bool, "outside_watched", where, optional=False)
         for name in ("git", "checkpoint_policy", "background"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where)

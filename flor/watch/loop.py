@@ -268,7 +268,8 @@ def read_state(path: Path) -> State:
             if type(block) is str and type(occ) is int and isinstance(outside, dict):  # compared, never acted on
                 found.outside[(epoch, block, occ)] = {k: v for k, v in list(outside.items())[:LIMITS.outside]
                                                       if isinstance(k, str) and len(k) <= 400 and type(v) is int}
-        elif type(epoch) is int and isinstance(rec.get("vars"), dict):
+        elif type(epoch) is int and isinstance(rec.get("vars"), dict) \
+                and isinstance(rec.get("unchanged"), list):  # a line without "unchanged" is damaged
             for part in ("unrestorable", "unchanged"):
                 names = rec.get(part)
                 rec[part] = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
@@ -317,7 +318,8 @@ class LoopState:
         try:
             rec = state.loop.get(after)
             if rec is None:
-                say("FL319", after, f"the recording has no outer-loop state for epoch {after} (its write failed): "
+                say("FL319", after, f"the recording has no outer-loop state for epoch {after} (its write failed, or the "
+                    "file is damaged): "
                     "variables of the loop outside end() start as the script sets them before the loop; replay "
                     "with --flor_strong if they matter")
                 return [], []

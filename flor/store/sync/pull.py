@@ -271,7 +271,7 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
         fetcher.ensure(hashes, label=f"fetching {len(hashes)} blobs of run {run}")
     data = remote.read(prefix + run_json)
     try:  # checked before it is written: a run.json of another type never enters the store
-        RunMeta.from_json(json.loads(data), f"{remote.where(store.name)}/runs/{run}/run.json", name=store.name, run=run)
+        RunMeta.from_json(json.loads(data), f"{remote.where(store.name)}/runs/{run}/run.json")
     except StorageError as exc:
         raise ReplayError(f"refusing to pull run {run}: {exc}; not written to {store.root}") from exc
     except (ValueError, RecursionError) as exc:
