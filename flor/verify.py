@@ -90,6 +90,21 @@ class Summary:
     #: hindsight line that trains): a full run of this script trains otherwise from there
     outside: list[str] = field(default_factory=list)
 
+    def check_logs(self, recorded: list[dict], replayed: list[dict], *, key: Callable[[dict], Any],
+                   same: Callable[[Any, Any], bool], code_changed: bool) -> None:
+        """Compare the values both the recording and this replay logged (``compare_logs``) and, where
+        some differ, name the likely cause."""
+        self.shared_logs, self.log_mismatches, self.hindsight = compare_logs(recorded, replayed, key=key, same=same)
+        if not self.log_mismatches:
+            return
+        if any(e.action == "diverged" for e in self.events):
+            self.log_cause = "it follows from the diverged blocks above"
+        elif code_changed:
+            self.log_cause = CAUSE_CODE
+        else:
+            self.log_cause = ("code outside the blocks depends on state that was not passed to end(), "
+                              "or on randomness drawn inside a block")
+
     @property
     def diverged(self) -> bool:
         return any(e.action == "diverged" for e in self.events) or bool(self.log_mismatches) or bool(self.loop)

@@ -111,7 +111,8 @@ def test_the_state_reader_keeps_only_well_formed_lines(tmp_path):
         json.dumps({"epoch": 6, "block": "b", "occ": 0,
                     "outside": {"end() object 0: 1.num_batches_tracked": 2, "x": "2", "y": 1.5, "z" * 500: 1}}),
         json.dumps({"epoch": 7, "block": "b", "occ": 0, "outside": ["x"]}),
-        json.dumps({"epoch": 3, "vars": {"a": 1}, "unrestorable": ["b", 2], "unchanged": "a"}),
+        json.dumps({"epoch": 3, "vars": {"a": 1}, "unrestorable": ["b", 2], "unchanged": ["c", 1]}),
+        json.dumps({"epoch": 8, "vars": {"a": 1}, "unchanged": "a"}),  # not a list: a damaged line
         json.dumps({"epoch": "4", "vars": {"a": 1}}),
         json.dumps({"epoch": 5, "vars": [1]}),
         "{", "[]",
@@ -119,7 +120,7 @@ def test_the_state_reader_keeps_only_well_formed_lines(tmp_path):
     state = read_state(path)
     assert state.outside == {(0, "b", 0): {"x": 2}, (None, "pre", 0): {"n": 5},
                              (6, "b", 0): {"end() object 0: 1.num_batches_tracked": 2}}
-    assert state.loop == {3: {"epoch": 3, "vars": {"a": 1}, "unrestorable": ["b"], "unchanged": []}}
+    assert state.loop == {3: {"epoch": 3, "vars": {"a": 1}, "unrestorable": ["b"], "unchanged": ["c"]}}
     assert read_state(tmp_path / "missing.jsonl") == ({}, {})
 
 

@@ -25,7 +25,7 @@ from ..source.blocks import WRONG_MID_RUN, wrapper_advice
 from ..state.describe import arity_message
 from ..store.layout import RunLayout
 from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
-from ..verify import CAUSE_CODE, BlockEvent, Summary, compare_logs
+from ..verify import BlockEvent, Summary
 from ..watch.frames import caller_frame, left_normally
 from ..watch.loop import LoopState, State, read_state
 from ..watch.names import NamesProbe
@@ -245,25 +245,9 @@ class ReplaySession(Session):
 
     # -- blocks ------------------------------------------------------------------------
 
-    def _check_recorded(self, name: str, epoch: int | None, occ: int) -> None:
-        if epoch is None:
-            recorded = self.meta.outside_blocks
-            finished = self.meta.status == "finished"
-        else:
-            recorded = self.meta.epoch_blocks.get(str(epoch))
-            finished = recorded is not None
-        if finished and [name, occ] not in recorded:
-            where = "outside the loop" if epoch is None else f"at epoch {epoch}"
-            names = sorted({n for n, _ in recorded}) or "none"
-            raise ReplayError(
-                f"SkipBlock {name!r} (occurrence {occ}) {where} is not in the recording {self.run}, whose "
-                f"blocks there were {names}: the script's blocks no longer match; rename the block back "
-                f"or record again with --flor {self.settings.name}"
-            )
-
     def step_into(self, name: str, probed: bool) -> bool:
         _, epoch, occ = self.open_block(name)
-        self._check_recorded(name, epoch, occ)
+        self.checkpoints.check_recorded(name, epoch, occ)
         # what code since the last end() changed in place where the recording's did not (flor.watch.outside)
         recorded = {"outside": self._read_state().outside.get((epoch, name, occ), {})}
         outside = self.watch.enter(name, epoch, occ, caller_frame(), recorded)
@@ -384,15 +368,7 @@ class ReplaySession(Session):
         s = self.summary
         if not s.header:
             s.header = f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker {self.pid}/{self.ngpus}"
-        s.shared_logs, s.log_mismatches, s.hindsight = compare_logs(recorded, mine, key=record_key, same=same_value)
-        if s.log_mismatches:
-            if any(e.action == "diverged" for e in s.events):
-                s.log_cause = "it follows from the diverged blocks above"
-            elif self.checkpoints.code_changed:
-                s.log_cause = CAUSE_CODE
-            else:
-                s.log_cause = ("code outside the blocks depends on state that was not passed to end(), "
-                               "or on randomness drawn inside a block")
+        s.check_logs(recorded, mine, key=record_key, same=same_value, code_changed=self.checkpoints.code_changed)
         s.notes = self.notes
         s.lenient = self.settings.lenient
         s.failed = f"{self.exit_error}: {self.exit_detail}" if self.exit_detail else self.exit_error  # names why

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..errors import CheckpointError, FlorError, StateError
+from ..errors import CheckpointError, FlorError, ReplayError, StateError
 from ..plan import ReplayPlan, block_action
 from ..settings import Settings
 from ..store import ExperimentStore
@@ -39,6 +39,24 @@ class Restorer:
         self._reader: Any = None
         self._rng_noted = False
         self._outside_noted = False  # a note said code outside the blocks drew random numbers
+
+    def check_recorded(self, name: str, epoch: int | None, occ: int) -> None:
+        """A ReplayError when the script's block ``name`` (its ``occ``-th at ``epoch``) is not one the
+        recording ran there: the script's blocks no longer match."""
+        if epoch is None:
+            recorded = self.meta.outside_blocks
+            finished = self.meta.status == "finished"
+        else:
+            recorded = self.meta.epoch_blocks.get(str(epoch))
+            finished = recorded is not None
+        if finished and [name, occ] not in recorded:
+            where = "outside the loop" if epoch is None else f"at epoch {epoch}"
+            names = sorted({n for n, _ in recorded}) or "none"
+            raise ReplayError(
+                f"SkipBlock {name!r} (occurrence {occ}) {where} is not in the recording {self.run}, whose "
+                f"blocks there were {names}: the script's blocks no longer match; rename the block back "
+                f"or record again with --flor {self.settings.name}"
+            )
 
     def restorable(self, epoch: int) -> bool:
         blocks = self.meta.epoch_blocks.get(str(epoch))
