@@ -213,3 +213,39 @@ def test_every_probe_survives_a_frame_of_none(probe: type) -> None:
     watch = Watch([probe()], Said())
     watch.enter("train", 0, 0, None)
     assert watch.leave(None, ())[1] == [] and watch.failed == {}
+
+
+# -- LoopState -----------------------------------------------------------------------------------
+
+
+def test_the_loops_variables_are_noted_at_each_epoch_end_and_set_in_a_worker_that_starts_later(tmp_path) -> None:
+    from flor.watch.loop import LoopState, StateFile, read_state
+
+    path = tmp_path / "state.jsonl"
+
+    def record() -> None:
+        best, patience, history, started = 9.0, 0, [], "12:00"  # noqa: F841 - read from this frame
+        file = StateFile(path)
+        state = LoopState(sys._getframe(), file)
+
+        def epochs():  # as flor.it drives it: started as the loop takes its first item
+            state.start()
+            yield from range(3)
+
+        for epoch in epochs():
+            best, patience = min(best, 3.0 - epoch), patience + 1
+            history.append(epoch)
+            state.epoch_end(epoch, passed=())
+        state.close()
+        file.close()
+
+    def worker() -> tuple:
+        best, patience, history, started = 9.0, 0, [], "13:00"  # as this worker's code before the loop sets them
+        said = Said()
+        restored, left = LoopState(sys._getframe()).restore(read_state(path), 1, said)
+        return (best, patience, history, started), restored, left, said.codes()
+
+    record()
+    values, restored, left, codes = worker()
+    assert values == (2.0, 2, [0, 1], "13:00")  # `started` never changed in the loop: left as this worker set it
+    assert restored == ["best", "history", "patience"] and left == [] and codes == ["FL320", "FL320"]
