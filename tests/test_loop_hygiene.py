@@ -233,7 +233,7 @@ def test_a_dataloaders_generator_is_warned_by_its_path(runner: Runner):
 
 def test_a_drawn_generator_is_named_at_the_blocks_next_entry_unless_given_or_reseeded():
     g = torch.Generator().manual_seed(0)
-    watched = objects.watch_generators(sys._getframe())
+    watched = objects.watch_generators(sys._getframe().f_locals)
     assert [name for name, _, _ in watched] == ["g"]
     frame = sys._getframe()
     watch, said = _watch(GeneratorProbe())

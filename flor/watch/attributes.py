@@ -3,15 +3,14 @@ of modules given to ``end()`` (named: a state_dict does not hold them)."""
 
 from __future__ import annotations
 
-from types import FrameType
 from typing import Any, Collection
 
-from .frames import _own_object, _OWN, _plain_now, _skipped, frame_variables
+from .frames import _own_object, _OWN, _plain_now, _skipped
 from .limits import LIMITS
 from .plain import encode
 from .probe import Probe, Say, View
 
-__all__ = ["ModuleAttrProbe", "object_attrs", "restore_attrs", "watch_module_attrs"]
+__all__ = ["ModuleAttrProbe", "object_attrs", "restore_attrs"]
 
 
 
@@ -103,15 +102,6 @@ def _module_attrs(variables: dict) -> dict[tuple[int, str], tuple[object, int, s
 
 
 
-def watch_module_attrs(frame: FrameType | None) -> dict[tuple[int, str], tuple[object, int, str]]:
-    """The plain attributes (numbers, strings, lengths of lists and dicts) of the modules among
-    the variables of ``frame``, taken as a block is first entered. Never raises."""
-    try:
-        return _module_attrs(frame_variables(frame))
-    except Exception:  # noqa: BLE001 - advice only
-        return {}
-
-
 class ModuleAttrProbe(Probe):
     """A plain attribute of a module given to ``end()`` that a block's first run changed
     (``model.temperature *= 0.9``, a list it appends to): a module is checkpointed through its
@@ -123,13 +113,13 @@ class ModuleAttrProbe(Probe):
 
     def enter(self, view: View, say: Say) -> None:
         if view.first:
-            self.watched[view.block] = watch_module_attrs(view.frame)
+            self.watched[view.block] = _module_attrs(view.variables)
 
     def leave(self, view: View, say: Say) -> None:
         watched = self.watched.pop(view.block, None)
         if not watched:
             return
-        now = _module_attrs(frame_variables(view.frame))
+        now = _module_attrs(view.variables)
         named: set[tuple[int, str]] = set()  # (module, attribute)
         for (root, key), before in watched.items():
             if root in view.given and (root, key) in now and now[(root, key)] != before and before[1:] not in named:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable, Iterable
 
-from .frames import given_ids
+from .frames import frame_variables, given_ids
 
 __all__ = ["Probe", "Say", "View", "Watch"]
 
@@ -62,6 +62,15 @@ class View:
     noted: dict[str, Any] = field(default_factory=dict)
     #: names already set as noted or named by a finding: a later probe does not name them again
     named: set[str] = field(default_factory=set)
+    _variables: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """The frame's variables, its locals over its module's globals: read once at ``enter``
+        and once at ``end()``, for every probe."""
+        if self._variables is None:
+            self._variables = frame_variables(self.frame)
+        return self._variables
 
 
 class Probe:
@@ -136,7 +145,7 @@ class Watch:
     def _ended(self, frame: FrameType | None, objs: tuple) -> View | None:
         view, self._open = self._open, None
         if view is not None:
-            view.frame, view.objs = frame, objs
+            view.frame, view.objs, view._variables = frame, objs, None  # read again at end()
             t0 = time.perf_counter()
             view.given = given_ids(objs)
             self.seconds += time.perf_counter() - t0

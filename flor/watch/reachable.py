@@ -32,11 +32,10 @@ from __future__ import annotations
 import pickle
 import random
 from collections import deque
-from types import FrameType
 from typing import Any, Iterable, Mapping
 
 from ..state.describe import article, describe
-from .frames import _own_object, frame_variables, given_ids
+from .frames import _own_object, given_ids
 from .limits import LIMITS
 from .probe import Probe, Say, View
 
@@ -186,12 +185,12 @@ def _fingerprint(gen: Any) -> bytes:
     return pickle.dumps(gen.getstate())
 
 
-def watch_generators(frame: FrameType | None) -> list[tuple[str, Any, bytes]]:
-    """``(name, generator, fingerprint)`` of the script's own generators visible in ``frame``,
+def watch_generators(variables: Mapping[str, Any]) -> list[tuple[str, Any, bytes]]:
+    """``(name, generator, fingerprint)`` of the script's own generators among ``variables``,
     taken as a block is first entered; ``drawn_generators`` compares them at its end. Never
     raises: nothing is watched then."""
     try:
-        return [(name, gen, _fingerprint(gen)) for name, gen in generators(frame_variables(frame))]
+        return [(name, gen, _fingerprint(gen)) for name, gen in generators(variables)]
     except Exception:  # noqa: BLE001 - advice only
         return []
 
@@ -214,18 +213,18 @@ def drawn_generators(watched: list[tuple[str, Any, bytes]], objs: tuple) -> list
 _WATCHED_CONTAINERS = (list, dict, set, deque)
 
 
-def watch_containers(frame: FrameType | None) -> list[tuple[str, Any, int]]:
-    """``(name, container, length)`` of each list, dict, set or deque among the variables of
-    ``frame``, taken as a block is first entered; ``grown_containers`` looks at them at its end.
+def watch_containers(variables: Mapping[str, Any]) -> list[tuple[str, Any, int]]:
+    """``(name, container, length)`` of each list, dict, set or deque among ``variables`` (a
+    frame's), taken as a block is first entered; ``grown_containers`` looks at them at its end.
     Never raises: nothing is watched then.
 
     >>> import sys
     >>> history = [0.5]
-    >>> [(n, k) for n, _, k in watch_containers(sys._getframe()) if n == "history"]
+    >>> [(n, k) for n, _, k in watch_containers(sys._getframe().f_locals) if n == "history"]
     [('history', 1)]
     """
     try:
-        return [(var, value, len(value)) for var, value in frame_variables(frame).items()
+        return [(var, value, len(value)) for var, value in variables.items()
                 if not var.startswith("__") and isinstance(value, _WATCHED_CONTAINERS)]
     except Exception:  # noqa: BLE001 - advice only
         return []
@@ -261,7 +260,7 @@ class SchedulerProbe(Probe):
     def leave(self, view: View, say: Say) -> None:
         if not view.first or view.replay:
             return
-        for var, kind, why in forgotten(view.objs, frame_variables(view.frame)):
+        for var, kind, why in forgotten(view.objs, view.variables):
             say("FL201", (view.block, var),
                 f"SkipBlock.end({view.block!r}) was not given `{var}` ({article(kind)}, {why}): its state is not "
                 f"checkpointed, so a replay that restores {view.block!r} starts it fresh and its values diverge; "
@@ -271,7 +270,7 @@ class SchedulerProbe(Probe):
         if view.block in self.checked:
             return []
         self.checked.add(view.block)
-        found = forgotten(view.objs, frame_variables(view.frame))
+        found = forgotten(view.objs, view.variables)
         for var, kind, why in found:
             say("FL201", (view.block, var),
                 f"SkipBlock.end({view.block!r}) is not given `{var}` ({article(kind)}, {why}): this replay cannot "
@@ -293,7 +292,7 @@ class GeneratorProbe(Probe):
 
     def enter(self, view: View, say: Say) -> None:
         if view.first:
-            self.watched[view.block] = watch_generators(view.frame)
+            self.watched[view.block] = watch_generators(view.variables)
             return
         for var, gen, after in self.drawn.pop(view.block, []):
             if _fingerprint(gen) == after:
@@ -318,7 +317,7 @@ class ContainerProbe(Probe):
 
     def enter(self, view: View, say: Say) -> None:
         if view.first:
-            self.watched[view.block] = watch_containers(view.frame)
+            self.watched[view.block] = watch_containers(view.variables)
 
     def leave(self, view: View, say: Say) -> None:
         if not view.first:
