@@ -1,6 +1,6 @@
-"""Fixtures and hooks of the whole suite: ``tests/e2e/`` runs real scripts in subprocesses and
-is marked ``e2e`` (``-m "not e2e"`` is the fast lane). The shared helpers live in
-``tests/helpers.py``; their names are re-exported here, so ``from conftest import Runner`` works.
+"""Fixtures and hooks of the whole suite: ``tests/unit/`` runs flor in process, ``tests/e2e/``
+runs real scripts in subprocesses and is marked ``e2e`` (``-m "not e2e"`` is the fast lane). The shared helpers live in ``tests/helpers.py``; their names are re-exported here,
+so ``from conftest import Runner`` works too.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers import (  # noqa: F401  (re-exported: ``from conftest import ...``)
-    HERE, ROOT, SCRIPTS, Runner, Zygote, base_env, make_training, record_and_full_run, train_steps, values,
+    HERE, OUTER_LOG, PROBED_LOG, ROOT, SCRIPTS, Runner, Zygote, base_env, make_training, record_and_full_run,
+    train_steps, values,
 )
 
 E2E = HERE / "e2e"

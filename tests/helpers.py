@@ -31,6 +31,15 @@ SCRIPTS = HERE / "scripts"
 ROOT = HERE.parent
 
 
+#: toy.py edited with a hindsight log in the outer loop (a replay restores every block)
+OUTER_LOG = {"    # OUTER": '    flor.log("wnorm", float(sum(p.double().norm() for p in net.parameters())))'}
+#: toy.py edited with a probed inner loop that logs each step's loss (a replay executes every block)
+PROBED_LOG = {
+    'step_into("training_loop")': 'step_into("training_loop", probed=True)',
+    "            # INNER": '            flor.log("loss", loss.item(), step=step)',
+}
+
+
 def base_env() -> dict[str, str]:
     """The environment every test script starts from (``Runner.env`` adds FLOR_HOME and the rest)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOR_")}
@@ -234,3 +243,55 @@ def train_steps(net, opt, sched, n=3):
         loss.backward()
         opt.step()
         sched.step()
+
+
+# -- an absurd value of every setting: unit/test_settings.py checks the table covers them all,
+# e2e/test_error_messages.py that each ends a script with one line and exit status 2
+
+HUGE = "999999999999999999999"
+#: (flags, environment) with an absurd value of every setting; "replay" cases need a recording
+ABSURD = [
+    (["--flor", "../x"], {}), (["--flor", "a" * 300], {}), ([], {"FLOR_NAME": "/etc"}),
+    (["--flor", "t", "--replay_flor=5/2"], {}), (["--flor", "t", "--replay_flor=-1/2"], {}),
+    (["--flor", "t", f"--replay_flor={HUGE}/{HUGE}9"], {}), (["--flor", "t", "--replay_flor=x/y"], {}),
+    (["--flor", "t"], {"FLOR_REPLAY": "abc"}), (["--flor", "t"], {"FLOR_REPLAY": "1/0"}),
+    (["--flor", "t", "--replay_flor", "--flor_run", "../../etc"], {}), (["--flor", "t", "--replay_flor"], {"FLOR_RUN": "../x"}),
+    (["--flor", "t", "--flor_strict=maybe"], {}), (["--flor", "t"], {"FLOR_STRICT": "2"}),
+    (["--flor", "t", "--flor_lenient=maybe"], {}), (["--flor", "t"], {"FLOR_LENIENT": "x"}),
+    (["--flor", "t", "--flor_strong=maybe"], {}), (["--flor", "t"], {"FLOR_STRONG": "x"}),
+    (["--flor", "t", "--flor_trust_pickles=maybe"], {}), (["--flor", "t"], {"FLOR_TRUST_PICKLES": "x"}),
+    (["--flor", "t", "--flor_every", "0"], {}), (["--flor", "t", "--flor_every=-3"], {}),
+    (["--flor", "t", "--flor_every", "nan"], {}), (["--flor", "t", "--flor_every", HUGE], {}),
+    (["--flor", "t"], {"FLOR_EVERY": "1e400"}),
+    (["--flor", "t", "--flor_overhead", "nan"], {}), (["--flor", "t", "--flor_overhead=-1"], {}),
+    (["--flor", "t", "--flor_overhead", "inf"], {}), (["--flor", "t", "--flor_overhead", "1e400"], {}),
+    (["--flor", "t"], {"FLOR_OVERHEAD": "2"}), (["--flor", "t"], {"FLOR_OVERHEAD": "1e-400"}),
+    (["--flor", "t", "--flor_spool", "http://x"], {}), (["--flor", "t"], {"FLOR_SPOOL": "s3://A_B/x"}),
+    (["--flor", "t", "--replay_flor", "--flor_epochs", HUGE + ":"], {}), (["--flor", "t", "--replay_flor", "--flor_epochs", "5:3"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_epochs", "a:b"], {}), (["--flor", "t", "--replay_flor", "--flor_epochs=-1:"], {}),
+    (["--flor", "t", "--replay_flor"], {"FLOR_EPOCHS": ":" + HUGE}),
+    (["--flor", "t", "--replay_flor", "--flor_threads", "100000"], {}), (["--flor", "t", "--replay_flor", "--flor_threads", "0"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_threads=-1"], {}), (["--flor", "t", "--replay_flor"], {"FLOR_THREADS": HUGE}),
+    (["--flor", "t"], {"FLOR_SPOOL_WAIT": "abc"}), (["--flor", "t"], {"FLOR_SPOOL_WAIT": "-5"}),
+    (["--flor", "t"], {"FLOR_SPOOL_WAIT": "nan"}), (["--flor", "t"], {"FLOR_SPOOL_WAIT": "inf"}),
+    (["--flor", "t"], {"FLOR_SPOOL_BUDGET": "abc"}), (["--flor", "t"], {"FLOR_SPOOL_BUDGET": "-5"}),
+    (["--flor", "t"], {"FLOR_SPOOL_BUDGET": "9" * 400 + "TB"}),
+    (["--flor", "t", "--replay_flor"], {"FLOR_REPLAY_ID": "../x"}), (["--flor", "t", "--replay_flor"], {"FLOR_REPLAY_ID": "a" * 100}),
+    (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": "abc"}), (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": "-1"}),
+    (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": "nan"}), (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": "inf"}),
+    (["--flor", "t"], {"FLOR_FLUSH_TIMEOUT": HUGE}),
+    (["--flor", "t"], {"FLOR_WRITER_MEMORY": "abc"}), (["--flor", "t"], {"FLOR_WRITER_MEMORY": "0"}),
+    (["--flor", "t"], {"FLOR_WRITER_MEMORY": "9" * 400 + "TB"}),
+    (["--flor", "t"], {"FLOR_DEBUG": "maybe"}), (["--flor", "t"], {"FLOR_MALLOC": "off"}),
+    (["--flor", "t", "--replay_flor"], {"RANK": "5", "WORLD_SIZE": "2"}),
+    (["--flor", "t", "--replay_flor"], {"SLURM_PROCID": HUGE, "SLURM_NTASKS": HUGE + "9"}),
+    (["--flor", "t", "--flor_everyy", "1"], {}), (["--flor", "t", "--flor", "u"], {}), (["--flor"], {}),
+]
+#: values that are well-formed but wrong only once the run starts (a recording "t" exists)
+ABSURD_AT_START = [
+    (["--flor", "t"], {"FLOR_HOME": "FILE/sub"}),
+    (["--flor", "nothing", "--replay_flor"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_epochs", "99:"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_run", "1999"], {}),
+    (["--flor", "t", "--replay_flor", "--flor_threads", str(1024)], {"FLOR_EPOCHS": "5:"}),
+]
