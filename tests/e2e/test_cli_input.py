@@ -3,6 +3,8 @@ exit status 2, no traceback, and nothing already recorded lost or changed."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from helpers import Runner
@@ -124,7 +126,7 @@ def test_replay_workers_are_capped(two_runs):
 @pytest.mark.parametrize("gpus", ["abc", "0,abc", "-1", "1.5", "0;1"])
 def test_replay_gpus_are_checked(two_runs, gpus):
     before = two_runs.tree()
-    proc = two_runs.flor("replay", "toy", "--workers", "1", f"--gpus={gpus}", "--", "python", "toy.py",
+    proc = two_runs.flor("replay", "toy", "--workers", "1", f"--gpus={gpus}", "--", sys.executable, "toy.py",
                          "--epochs", "3", check=False)
     _one_line_error(proc, f"--gpus {gpus!r}", "none")
     assert two_runs.tree() == before  # no launch record, no replay logs

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -158,7 +159,7 @@ def test_replay_all_leaves_out_a_damaged_run(store: Runner) -> None:
     first, bad, last = runs(store)
     damage(store, bad, b'{"status": 3}')
     before = store.tree()
-    proc = store.flor("replay", "toy", "--all", "--dry-run", "--", "python", "toy.py", check=False)
+    proc = store.flor("replay", "toy", "--all", "--dry-run", "--", sys.executable, "toy.py", check=False)
     one_note(proc, bad, "status is int 3")
     assert [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("run ")] == [first, last]
     assert store.tree() == before

@@ -263,7 +263,7 @@ def test_launch_records_of_another_shape_are_skipped_with_one_line(store: Runner
     for i, content in enumerate(BAD_LAUNCHES):
         (logs / f"launch-bad{i}.json").write_text(content)
     for args in (["--plan"], []):  # the estimate reads the records, and so does a launch (to resume)
-        proc = flor(store, "replay", "toy", *args, "--", "python", "toy.py", "--epochs", "3", "--lr", "0.02")
+        proc = flor(store, "replay", "toy", *args, "--", sys.executable, "toy.py", "--epochs", "3", "--lr", "0.02")
         no_traceback(proc)
         assert proc.returncode == 0, (args, proc.stderr)
         for i, content in enumerate(BAD_LAUNCHES):

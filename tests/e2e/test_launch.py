@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -239,6 +240,13 @@ class VanishingCommandExecutor(LocalExecutor):
         return super().start(index, command, env, threads=threads)
 
 
+def _python_at(path: Path) -> None:
+    """An executable at ``path`` that runs this interpreter (a link to it would not: outside its
+    folder, a virtual environment's interpreter no longer finds the environment)."""
+    path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    path.chmod(0o755)
+
+
 def test_a_worker_that_cannot_start_ends_the_launch_as_failed(rec, tmp_path, monkeypatch):
     """A worker whose start fails after the check (here its executable vanished) stops the workers
     already started, leaves the launch record 'failed' with the reason, and is one FlorError line;
@@ -247,7 +255,7 @@ def test_a_worker_that_cannot_start_ends_the_launch_as_failed(rec, tmp_path, mon
     for key, value in rec.env().items():  # the workers' store and config are the test's, never the user's
         monkeypatch.setenv(key, value)
     python = tmp_path / "python"
-    python.symlink_to(sys.executable)
+    _python_at(python)
     store = ExperimentStore(rec.home, "toy")
     run = store.resolve_run(None)
     command = [str(python), "outer.py", "--epochs", str(EPOCHS)]
@@ -262,7 +270,7 @@ def test_a_worker_that_cannot_start_ends_the_launch_as_failed(rec, tmp_path, mon
     record = json.loads((launch.run_dir / "logs" / f"launch-{launch.replay_id}.json").read_text())
     assert record["status"] == "failed" and record["error"].startswith("worker 1 (epochs 3-5) could not start")
     assert record["ended"] is not None and record["segments"][0]["rc"] is not None  # worker 0 was stopped and awaited
-    python.symlink_to(sys.executable)
+    _python_at(python)
     again = flor_replay(rec, "--workers", "2", "--", *command)
     assert again.returncode == 0 and "resuming: 2 of 2 segments left" in again.stderr, again.stderr
 
