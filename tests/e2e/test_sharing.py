@@ -20,7 +20,8 @@ from helpers import Runner
 from flor.store import BlobStore, LocalBackend
 from flor.store.ids import HASH_HEX_LEN
 
-#: every attack tried in this file, counted as the tests run (reported by the last test)
+#: the attacks this file tries, each listed as its test reaches it (nothing reports them: a
+#: name for each, to read here or in a debugger)
 ATTACKS: list[str] = []
 
 

@@ -35,7 +35,8 @@ def test_corruption_is_detected(tmp_path):
         blobs.get(digest)
 
 
-#: every attack tried in this file, counted as the tests run (reported by the last test)
+#: the attacks this file tries, each listed as its test reaches it (nothing reports them: a
+#: name for each, to read here or in a debugger)
 ATTACKS: list[str] = []
 
 

@@ -94,7 +94,8 @@ def test_write_failure_removes_its_temp_file(tmp_path: Path, monkeypatch):
     assert list((tmp_path / "runs" / "r").iterdir()) == []
 
 
-#: every attack tried in this file, counted as the tests run (reported by the last test)
+#: the attacks this file tries, each listed as its test reaches it (nothing reports them: a
+#: name for each, to read here or in a debugger)
 ATTACKS: list[str] = []
 
 
