@@ -248,3 +248,19 @@ def _read_all(sock: socket.socket) -> bytes:
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
+
+
+def s3_env(runner, endpoint: str, spool: str | None = None, **extra: str) -> dict[str, str]:  # noqa: ANN001
+    """The environment of a process that talks to the test server, isolated from any real AWS setup
+    (``runner``: a ``helpers.Runner``)."""
+    env = runner.env(**{"FLOR_EVERY": "1", **extra})  # a checkpoint every epoch, whatever the timing
+    for key in [k for k in env if k.startswith("AWS_")]:
+        del env[key]
+    env.update(
+        AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_DEFAULT_REGION=REGION,
+        AWS_ENDPOINT_URL_S3=endpoint, AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    if spool:
+        env["FLOR_SPOOL"] = spool
+    return env

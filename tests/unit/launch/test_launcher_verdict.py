@@ -4,13 +4,11 @@ twice refused before anything is launched. A recorded run.json is all a launch n
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import base_env
 from flor.errors import ConfigError
 from flor.launch.launcher import Launch, check_verdict_once
 from flor.store import ExperimentStore
@@ -58,19 +56,3 @@ def test_a_verdict_in_the_command_and_in_verdict_is_refused(command):
     with pytest.raises(ConfigError, match=r"--verdict lenient and --flor_\w+ in the command both set the replay's "
                                           r"verdict: give it once, as --verdict"):
         check_verdict_once(command, "lenient")
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--verdict", "lenient", "--", sys.executable, "t.py", "--flor_strict"],
-     "flor: error: --verdict lenient and --flor_strict in the command both set the replay's verdict"),
-    (["--all", "--verdict", "strict", "--", sys.executable, "t.py", "--flor_lenient"],
-     "flor: error: --verdict strict and --flor_lenient in the command both set the replay's verdict"),
-    (["--verdict", "harsh", "--", sys.executable, "t.py"], "argument --verdict: invalid choice: 'harsh'"),
-])
-def test_flor_replay_refuses_a_bad_verdict_with_status_2(store, tmp_path, args, message):
-    (tmp_path / "t.py").write_text("raise SystemExit('never started')\n")
-    env = {**base_env(), "FLOR_HOME": str(store.root.parent)}
-    proc = subprocess.run([sys.executable, "-m", "flor", "replay", "toy", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr and not (store.root / "runs" / RUN / "logs").exists()  # nothing launched

@@ -1,0 +1,52 @@
+"""A replay says so when ``SkipBlock.end`` leaves out the LR scheduler of the optimizer it
+restores (``scripts/plateau.py``).
+
+The recording warns about such a scheduler; the replay said nothing: a worker that starts
+mid-run has a fresh scheduler, so a hindsight learning rate differs from the full re-execution
+while the replay ended "verified exact". It now notes the scheduler it cannot restore.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from helpers import Runner, values
+
+HINDSIGHT = {"    # HINDSIGHT": '    flor.log("lr", opt.param_groups[0]["lr"])'}
+
+
+def test_a_replay_names_the_scheduler_end_was_not_given(tmp_path):
+    r = Runner(tmp_path)
+    proc = r.run(r.script("plateau.py"), "--flor", "p")
+    assert "was not given `sched`" in proc.stderr
+    edited = r.script("plateau.py", HINDSIGHT, dest="hindsight.py")
+    r.run(edited, "--flor", "full")
+    full = values(r.logs("full"), "record")
+    proc = r.run(edited, "--flor", "p", "--replay_flor=2/3")
+    got = values(r.logs("p"), "replay")
+    assert got[("lr", 5, None)] != full[("lr", 5, None)]  # the fresh scheduler saw no plateau
+    assert "SkipBlock.end('train') is not given `sched`" in proc.stderr, proc.stderr
+    assert "this replay cannot restore its state" in proc.stderr
+    verdict = proc.stderr.strip().splitlines()[-1]  # exact where it checked, and says what it did not set
+    assert verdict.startswith("flor: replay verified exact:") and "; not restored: sched (values read" in verdict
+
+
+def test_a_launched_replay_names_it_in_its_merged_verdict(tmp_path):
+    r = Runner(tmp_path)
+    r.run(r.script("plateau.py"), "--flor", "p")
+    edited = r.script("plateau.py", HINDSIGHT, dest="hindsight.py")
+    proc = r.flor("replay", "p", "--workers", "3", "--", sys.executable, str(edited))
+    verdict = (proc.stdout + proc.stderr).strip().splitlines()[-1]
+    assert verdict.startswith("flor: replay verified exact:") and "; not restored: sched (values read" in verdict, \
+        proc.stdout + proc.stderr
+
+
+def test_no_note_when_the_scheduler_is_given(tmp_path):
+    r = Runner(tmp_path)
+    given = {"net, opt = flor.SkipBlock.end(net, opt)": "net, opt, sched = flor.SkipBlock.end(net, opt, sched)"}
+    r.run(r.script("plateau.py", given), "--flor", "p")
+    edited = r.script("plateau.py", {**given, **HINDSIGHT}, dest="hindsight.py")
+    r.run(edited, "--flor", "full")
+    proc = r.run(edited, "--flor", "p", "--replay_flor=2/3")
+    assert "is not given" not in proc.stderr and "not restored" not in proc.stderr
+    assert values(r.logs("p"), "replay")[("lr", 5, None)] == values(r.logs("full"), "record")[("lr", 5, None)]

@@ -1,0 +1,45 @@
+"""flor.launch.report: the merged summary of a launch, read from its workers' summary files:
+missing workers, notes once, the exit status of a divergence.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flor.launch.report import merged_summary
+
+
+def test_merged_summary_lists_missing_workers(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    block = {"epoch": 0, "block": "b", "occurrence": 0, "action": "restored", "initializing": False,
+             "tensors": [], "cause": None}
+    (logs / "replay-r1-0.summary.json").write_text(json.dumps({
+        "replay": "r1", "worker": 0, "ngpus": 3, "segment": [0, 1], "init": [0, 0], "exit": None,
+        "verdict": "verified exact", "counts": {"restored": 1}, "shared_logs": 2, "log_mismatches": [],
+        "hindsight": ["w"], "notes": ["n"], "blocks": [block]}))
+    (logs / "replay-r1-1.summary.json").write_text(json.dumps({
+        "replay": "r1", "worker": 1, "ngpus": 3, "segment": [1, 2], "init": [0, 1], "exit": "ValueError",
+        "verdict": "failed", "counts": {}, "shared_logs": 0, "log_mismatches": [], "hindsight": [], "notes": ["n"],
+        "blocks": []}))
+    out = merged_summary(tmp_path, "r1")
+    assert out["workers"] == 3 and out["missing"] == [1, 2] and out["verdict"] == "failed"
+    assert "worker 2: missing" in out["text"] and "worker 1 failed (ValueError)" in out["text"]
+    assert out["text"].count("note: n") == 1 and "hindsight values: w" in out["text"]
+
+
+@pytest.mark.parametrize("lenient, status", [(False, "exit status 3 (--flor_lenient keeps 0)"),
+                                             (True, "exit status 0 (--flor_lenient)")])
+def test_the_merged_summary_says_the_exit_status_of_a_divergence(tmp_path, lenient, status):
+    from flor.launch.report import merged_summary
+
+    (tmp_path / "logs").mkdir()
+    for w in range(2):  # worker 1's loop stopped at another epoch than recorded: only its summary says so
+        (tmp_path / "logs" / f"replay-r1-{w}.summary.json").write_text(json.dumps({
+            "segment": [w, w + 1], "init": [0, w], "verdict": "diverged" if w else "verified exact",
+            "blocks": [], "loop": ["the loop stopped at epoch 1"] if w else [], "lenient": lenient}))
+    text = merged_summary(tmp_path, "r1", 2)["text"]
+    last = text.splitlines()[-1]
+    assert last.startswith("flor: replay DIVERGED") and last.endswith(status), text
