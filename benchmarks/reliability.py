@@ -171,8 +171,9 @@ def values(records: list[dict]) -> dict[tuple, Any]:
 
 def check_store(home: Path) -> dict[str, Any]:
     """What a crash left: manifests (readable, digest, blobs), run.json, stray temp files."""
-    from flor.store import ExperimentStore, hash_bytes
-    from flor.store.experiment import blob_hashes, dumps
+    from flor.store import ExperimentStore
+    from flor.store.experiment import blob_hashes
+    from flor.store.manifest import digest_of
 
     out: dict[str, Any] = {"manifests": 0, "unreadable_manifests": 0, "bad_blobs": 0, "problems": [],
                            "epochs_done": 0, "status": None, "checkpointed": [], "skipped": [], "failed": []}
@@ -191,7 +192,7 @@ def check_store(home: Path) -> dict[str, Any]:
         out["manifests"] += 1
         try:
             m = store.read_manifest(run, block, epoch, occ)
-            if hash_bytes(dumps({"objects": m["objects"], "rng": m["rng"]})) != m["digest"]:
+            if digest_of(m) != m["digest"]:
                 raise ValueError("digest mismatch")
         except Exception as exc:  # noqa: BLE001 - any failure to read is what we count
             out["unreadable_manifests"] += 1

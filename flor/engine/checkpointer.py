@@ -17,8 +17,7 @@ from ..settings import Settings
 from ..state import (RNG_BYTES, BufferPool, PackIndex, TreeCache, capture_rng, hash_and_pack, same_rng, snapshot,
                      snapshot_rng)
 from ..state.grads import module_grads
-from ..store.hashing import hash_bytes
-from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes
+from ..store.manifest import FORMAT, canonical_json, has_pickles, sealed_bytes, state_digest
 from ..store.trust import signer
 from ..store import BackgroundWriter, ExperimentStore
 from ..store.writer import give_turn
@@ -209,8 +208,7 @@ class Checkpointer:
             trees["grads"], done["grads"] = grads.tree, grads.canonical()
         manifest = {
             "format": FORMAT, **head, **trees,
-            "digest": hash_bytes((f'{{"objects":{done["objects"]},"rng":{done["rng"]}'
-                                  + (f',"watch":{canonical_json(head["watch"])}' if "watch" in head else "") + "}").encode()),
+            "digest": state_digest({**done, **({"watch": canonical_json(head["watch"])} if "watch" in head else {})}),
             "bytes": nbytes, "new_bytes": new_bytes, "block_s": round(block_s, 6), "snapshot_s": round(snapshot_s, 6),
             "created": time.time(),
         }

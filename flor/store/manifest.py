@@ -124,6 +124,25 @@ def canonical_json(value: Any) -> str:
     return _CANONICAL.encode(value)
 
 
+#: what the state digest covers: the objects given to end(), the random state at its end, and what
+#: flor.watch noted of the block run outside end() (the gradients and rng_start are left out)
+DIGESTED = ("objects", "rng", "watch")
+
+
+def state_digest(rendered: dict[str, str]) -> str:
+    """The state digest of a checkpoint from the canonical JSON of its parts (``DIGESTED``, those
+    present): a recording passes the texts it rendered once; ``digest_of`` reads a manifest."""
+    from .hashing import hash_bytes
+
+    parts = [f"{canonical_json(k)}:{rendered[k]}" for k in DIGESTED if k in rendered]
+    return hash_bytes(("{" + ",".join(parts) + "}").encode())
+
+
+def digest_of(manifest: dict) -> str:
+    """``state_digest`` of a manifest as read: what its ``digest`` should say."""
+    return state_digest({k: canonical_json(manifest[k]) for k in DIGESTED if k in manifest})
+
+
 def sealed_bytes(manifest: dict, *, sign: Any = None, done: dict[str, str] | None = None) -> bytes:
     """``seal(manifest, sign=sign)`` and the bytes of its file, from one serialization.
 
