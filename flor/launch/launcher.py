@@ -81,7 +81,7 @@ def detect_gpus(spec: str, env: dict[str, str] | None = None) -> list[str]:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
+    return [str(i) for i, line in enumerate(row for row in out.splitlines() if row.startswith("GPU "))]
 
 
 def _script_of(command: Sequence[str]) -> Path | None:
@@ -375,7 +375,7 @@ class Launch:
             s.spawned = time.time()
             try:
                 s.handle = executor.start(s.index, self.command, self.env(s.index), threads=self.estimate.threads)
-            except Exception as exc:  # noqa: BLE001 - whatever the executor raised, the record must not stay "running"
+            except Exception as exc:  # whatever the executor raised, the record must not stay "running"
                 raise abort_launches([self], pending, pumps, start_error(s, exc)) from exc
             pumps.append(threading.Thread(target=self._pump, args=(s,), daemon=True, name=f"flor-w{s.index}"))
             pumps[-1].start()

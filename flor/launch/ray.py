@@ -41,7 +41,7 @@ def _run_worker(command: list[str], env: dict[str, str], cwd: str, gpus: int) ->
 
     proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None  # piped above
-    for line in read_lines(proc.stdout):  # not `yield from`: Ray's generator protocol would reach send()
+    for line in read_lines(proc.stdout):  # noqa: UP028 - not `yield from`: Ray's generator protocol would reach send()
         yield line
     yield proc.wait()
 

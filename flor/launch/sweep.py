@@ -255,7 +255,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
                 s.spawned = time.time()
                 try:
                     s.handle = executor.start(s.index, launch.command, env, threads=launch.estimate.threads)
-                except Exception as exc:  # noqa: BLE001 - no launch record may stay "running"
+                except Exception as exc:  # no launch record may stay "running"
                     raise abort_launches([L for _, L in launches], [x for _, x, _ in started], pumps,
                                          f"run {launch.run}: {start_error(s, exc)}") from exc
                 started.append((launch, s, slot))

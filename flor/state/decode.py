@@ -153,7 +153,7 @@ def decode(node: Any, load: Loader, *, to_device: bool = False, path: str = "",
         return _decode(node, load, to_device, path, pickles)
     except FlorError:
         raise
-    except Exception as exc:  # noqa: BLE001 - data from a store: whatever it makes fail is named
+    except Exception as exc:  # data from a store: whatever it makes fail is named
         raise StateError(f"cannot decode {path or 'a value'} ({type(exc).__name__}: {exc}); the checkpoint is "
                          "damaged, or from another flor") from exc
 
@@ -368,7 +368,7 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
         return _decode(node, load, True, path, pickles, live)
     except FlorError:
         raise
-    except Exception as exc:  # noqa: BLE001 - user objects' load_state_dict, or damaged data: named either way
+    except Exception as exc:  # user objects' load_state_dict, or damaged data: named either way
         raise StateError(
             f"cannot restore {path or 'an object'} ({node.get('cls', kind)}): {type(exc).__name__}: {exc}; was the "
             "object built differently from the recording (architecture, parameter groups)?"

@@ -121,7 +121,7 @@ def restore_rng(state: Any) -> None:
         random.setstate(_python_state(state["python"]))
         np.random.set_state(state["numpy"])
         torch.set_rng_state(state["torch"])
-    except Exception as exc:  # noqa: BLE001 - a damaged state is named, whatever the generator raises
+    except Exception as exc:  # a damaged state is named, whatever the generator raises
         raise StateError(f"the recorded random state cannot be set ({type(exc).__name__}: {exc}); the checkpoint "
                          "is damaged") from exc
     if "cuda" in state and torch.cuda.is_available():
@@ -139,7 +139,7 @@ def restore_rng(state: Any) -> None:
         try:  # the devices both see; the recording's others were never drawn from, this process's own
             for device, generator in enumerate(cuda[:count]):  # others it never saw (the script seeded them)
                 torch.cuda.set_rng_state(generator, device)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise StateError(f"the recorded CUDA random state cannot be set ({exc}); the checkpoint is damaged") from exc
 
 

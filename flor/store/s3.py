@@ -182,7 +182,7 @@ class S3Backend:
                 return
             except (EndpointConnectionError, ConnectTimeoutError) as exc:
                 raise self._translate(exc, "check", "") from exc
-            except Exception as exc:  # noqa: BLE001 - sorted by _transient, translated below
+            except Exception as exc:  # sorted by _transient, translated below
                 if attempt == 2 or not _transient(exc):
                     raise self._translate(exc, "check", "") from exc
                 time.sleep(self.backoff_s * (2 ** attempt) * (0.5 + self._rng.random()))
@@ -364,7 +364,7 @@ class S3Backend:
                 return fn()
             except StorageError:
                 raise  # already translated (a look-up inside this operation gave up)
-            except Exception as exc:  # noqa: BLE001 - sorted by _transient, translated below
+            except Exception as exc:  # sorted by _transient, translated below
                 if isinstance(exc, _Mismatch):
                     self.stats.add(verify_failures=1)
                 if attempt == self.op_attempts - 1 or not _transient(exc):

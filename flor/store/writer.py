@@ -211,7 +211,7 @@ class BackgroundWriter:
                 self._running, self._committing = label, False
             try:
                 job()
-            except BaseException as exc:  # a failed write must never reach the training thread
+            except BaseException as exc:  # noqa: BLE001 - a failed write must never reach the training thread
                 try:
                     on_error(exc)
                 except Exception as inner:  # noqa: BLE001 - keep the worker alive whatever happens
