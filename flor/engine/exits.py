@@ -41,10 +41,10 @@ from typing import Any, Callable
 __all__ = ["ExitWatch", "classify", "watch_exits"]
 
 _UNSEEN = object()
-_WATCH: "ExitWatch | None" = None
+_WATCH: ExitWatch | None = None
 
 
-def watch_exits(frame: FrameType | None) -> "ExitWatch":
+def watch_exits(frame: FrameType | None) -> ExitWatch:
     """The process's ``ExitWatch``, made and installed on the first call. ``import flor`` calls
     it when the process records, before the script's own lines after the import run: the
     common ``sys.exit(main())`` looks ``sys.exit`` up *before* ``main()`` starts the

@@ -475,7 +475,7 @@ def start_error(s: WorkerState, exc: BaseException) -> str:
     return f"worker {s.index} (epochs {span(s.plan.segment)}) could not start: {' '.join(why.split())}"
 
 
-def abort_launches(launches: Sequence["Launch"], states: Sequence[WorkerState], pumps: Sequence[threading.Thread],
+def abort_launches(launches: Sequence[Launch], states: Sequence[WorkerState], pumps: Sequence[threading.Thread],
                    reason: str) -> FlorError:
     """End launches whose next worker could not start (the command removed or no longer executable
     since the check, a process limit, an executor's failure): stop the workers already started
