@@ -36,7 +36,8 @@ from typing import BinaryIO
 
 from ._fmt import human_size
 
-__all__ = ["MAX_LINE", "MAX_METADATA", "MAX_OUTPUT", "StoreFileError", "lines", "open_append", "open_file", "read_bytes", "read_lines", "read_text"]
+__all__ = ["MAX_LINE", "MAX_METADATA", "MAX_OUTPUT", "StoreFileError", "lines", "open_append", "open_file",
+           "read_bytes", "read_lines", "read_text"]
 
 #: the most bytes a JSON or other metadata file of a store (run.json, a manifest, a summary, a
 #: launch record, marks, the spool journal) may hold: flor's own are kilobytes to a few MB

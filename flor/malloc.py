@@ -58,7 +58,8 @@ def _raise(setting: str, env: os._Environ[str] | dict[str, str]) -> str:
         return "unchanged (FLOR_MALLOC=default)"
     if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         return "unchanged (not glibc)"
-    fixed = [k for k in _USER_SETTINGS if k in env] + (["GLIBC_TUNABLES"] if "glibc.malloc" in env.get("GLIBC_TUNABLES", "") else [])
+    fixed = [k for k in _USER_SETTINGS if k in env]
+    fixed += ["GLIBC_TUNABLES"] if "glibc.malloc" in env.get("GLIBC_TUNABLES", "") else []
     if fixed:
         return f"unchanged (the user's {fixed[0]})"
     try:

@@ -20,7 +20,8 @@ CAUSE_NOT_PASSED = "an object changed inside the block was not passed to end()"
 CAUSE_CODE = "the training code changed since the recording (the edit touches more than logging)"
 CAUSE_RNG = "the block now draws a different amount of randomness (added code that uses random numbers?)"
 CAUSE_THREADS = "the torch thread count differs from the recording"
-CAUSE_NONDET = "nondeterminism in the training code (non-deterministic kernels, DataLoader workers, time- or environment-dependent code)"
+CAUSE_NONDET = ("nondeterminism in the training code (non-deterministic kernels, DataLoader workers, "
+                "time- or environment-dependent code)")
 
 
 @dataclass

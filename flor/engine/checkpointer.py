@@ -129,7 +129,8 @@ class Checkpointer:
             give_turn()
             data, rng_text = self._sealed_manifest(head, objects, rng, start, grads, nbytes=nbytes,
                                                    new_bytes=new_bytes, block_s=elapsed, snapshot_s=snap_s)
-            self.last_rng[name] = (rng_state, (rng.tree, rng_text))  # its blobs are durable: rng_start may point at them
+            # its blobs are durable: rng_start may point at them
+            self.last_rng[name] = (rng_state, (rng.tree, rng_text))
             give_turn()
             manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
             if not self.writer.may_commit():
@@ -210,12 +211,14 @@ class Checkpointer:
         manifest = {
             "format": FORMAT, **head, **trees,
             "digest": hash_bytes((f'{{"objects":{done["objects"]},"rng":{done["rng"]}'
-                                  + (f',"watch":{canonical_json(head["watch"])}' if "watch" in head else "") + "}").encode()),
+                                  + (f',"watch":{canonical_json(head["watch"])}' if "watch" in head else "")
+                                  + "}").encode()),
             "bytes": nbytes, "new_bytes": new_bytes, "block_s": round(block_s, 6), "snapshot_s": round(snapshot_s, 6),
             "created": time.time(),
         }
         pickled = any('"pickle"' in text for text in done.values()) and has_pickles(manifest)
-        return sealed_bytes(manifest, sign=signer(self.settings.config_dir) if pickled else None, done=done), done["rng"]
+        sign = signer(self.settings.config_dir) if pickled else None
+        return sealed_bytes(manifest, sign=sign, done=done), done["rng"]
 
     def skipped(self, name: str, epoch: int | None, reason: str) -> None:
         """A checkpoint not taken (the writer is behind) or abandoned (the exit flush timed out)."""

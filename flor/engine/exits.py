@@ -172,7 +172,8 @@ def _in_flight() -> BaseException | None:
     (the youngest generations first: it was just made). One not yet caught anywhere has no
     ``__traceback__`` yet; None when there is none, or no single one."""
     for generation in (0, 1, 2):
-        found = [o for o in gc.get_objects(generation) if issubclass(type(o), SystemExit)]  # type(): no __class__ of a lazy module
+        # type(): no __class__ of a lazy module
+        found = [o for o in gc.get_objects(generation) if issubclass(type(o), SystemExit)]
         if len(found) == 1:
             return found[0]
         fresh = [o for o in found if o.__traceback__ is None]

@@ -110,7 +110,8 @@ class ReplaySession(Session):
             self.note("FL303", f"the recording ended as {status!r}; epochs without checkpoints are re-executed")
         recorded_threads = self.meta.threads  # range-checked: a damaged value never reaches torch
         if earlier is not None:
-            self.note("FL304", f"worker {self.pid} of replay {self.replay_id} ran before; its earlier output is in {earlier}")
+            self.note("FL304", f"worker {self.pid} of replay {self.replay_id} ran before; "
+                               f"its earlier output is in {earlier}")
         if settings.threads is not None:  # asked for: faster with many workers on one machine, not bit-exact
             if settings.threads != recorded_threads:
                 self.note("FL305", f"using {settings.threads} torch threads (--flor_threads), not the recorded "
@@ -367,7 +368,8 @@ class ReplaySession(Session):
             print(f"flor: FL331 could not write TensorBoard events: {exc}", file=sys.stderr)
         s = self.summary
         if not s.header:
-            s.header = f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker {self.pid}/{self.ngpus}"
+            s.header = (f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, "
+                        f"worker {self.pid}/{self.ngpus}")
         s.check_logs(recorded, mine, key=record_key, same=same_value, code_changed=self.checkpoints.code_changed)
         s.notes = self.notes
         s.lenient = self.settings.lenient
@@ -378,7 +380,8 @@ class ReplaySession(Session):
                 "replay": self.replay_id, "run": self.run, "worker": self.pid, "ngpus": self.ngpus,
                 "segment": [self.plan.segment.start, self.plan.segment.stop] if self.plan else None,
                 "init": [self.plan.init.start, self.plan.init.stop] if self.plan else None,
-                "exit": self.exit_error, "io": self.checkpoints.io, "outer_restored": self.outer_restored, **s.to_json(),
+                "exit": self.exit_error, "io": self.checkpoints.io, "outer_restored": self.outer_restored,
+                **s.to_json(),
                 "lenient": self.settings.lenient, "script_sha256": script_sha256(),  # the script the values came from
             }, indent=1, default=str).encode(), durable=False)
         except (OSError, StorageError) as exc:

@@ -87,7 +87,8 @@ class Restorer:
                         self.available.discard(key)
                         self.note("FL316", f"block {name!r} adds to the gradients its previous run left (run.json: "
                                   f"grads_carried) and its checkpoint at epoch {epoch} holds none (taken before flor "
-                                  "noticed, or its gradients could not be stored): replay re-executes that epoch from the nearest earlier checkpoint")
+                                  "noticed, or its gradients could not be stored): replay re-executes that epoch "
+                                  "from the nearest earlier checkpoint")
                         dropped = True
                         continue
                     self._sound.add(key)

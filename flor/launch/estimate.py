@@ -75,7 +75,7 @@ def probed_blocks(script: Path | None) -> set[str] | bool:
         return set()
     out: set[str] = set()
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "step_into"):
+        if not isinstance(node, ast.Call) or getattr(node.func, "attr", getattr(node.func, "id", None)) != "step_into":
             continue
         probed = next((k.value for k in node.keywords if k.arg == "probed"), None)
         if probed is None and len(node.args) > 1:

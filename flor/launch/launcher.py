@@ -1,9 +1,9 @@
 """``flor replay``: parallel replay on this machine, its plan, and merged reports.
 
 ``flor replay NAME -- python train.py ARGS`` plans the segments (``flor.plan``), starts one
-worker per segment (through an executor: ``local`` processes, or ``ray`` tasks) with ``FLOR_NAME``, ``FLOR_REPLAY=PID/N``, a shared
-``FLOR_REPLAY_ID`` and the recorded run pinned (``FLOR_RUN``), streams each worker's output
-with a ``[wN]`` prefix, shows one progress bar (epochs done of all, ETA) read from the
+worker per segment (through an executor: ``local`` processes, or ``ray`` tasks) with ``FLOR_NAME``,
+``FLOR_REPLAY=PID/N``, a shared ``FLOR_REPLAY_ID`` and the recorded run pinned (``FLOR_RUN``),
+streams each worker's output with a ``[wN]`` prefix, shows one progress bar (epochs done of all, ETA) read from the
 workers' epoch marks (``replay-<id>-<N>.marks.jsonl``, never from the script's output), and
 ends with one verification summary merged from the workers' ``*.summary.json``.
 
@@ -153,7 +153,8 @@ class Launch:
         self.script = _script_of(command)
         n_epochs = self.meta.epochs
         if n_epochs == 0:
-            raise ConfigError(f"run {run} of {store.name} recorded no finished epoch (status {self.meta.status_text()}): "
+            raise ConfigError(f"run {run} of {store.name} recorded no finished epoch "
+                              f"(status {self.meta.status_text()}): "
                               f"there is nothing to replay; `flor show {store.name} {run}` shows what it recorded")
         self.within = select(n_epochs, epoch_range) if epoch_range else None
         if self.within is not None and len(self.within) == 0:
@@ -168,9 +169,9 @@ class Launch:
         with _locked(self.layout.logs):  # two launches of one command: the second sees the first's claim
             earlier = None if fresh else self._resumable()
             if earlier is not None:  # claimed before it runs, or both would run the same segments
-                self.store.write_json(self.store.run_key(run, "logs", self.layout.launch_record(earlier["replay"]).name),
-                                      {**earlier, "status": "running", "pid": os.getpid(),
-                                       "host": socket.gethostname()}, durable=False)
+                key = self.store.run_key(run, "logs", self.layout.launch_record(earlier["replay"]).name)
+                self.store.write_json(key, {**earlier, "status": "running", "pid": os.getpid(),
+                                            "host": socket.gethostname()}, durable=False)
         if earlier is not None:  # resuming: the same segments as before
             workers = int(earlier["workers"])
         elif not workers:
@@ -180,7 +181,8 @@ class Launch:
         self.estimate: ReplayEstimate = estimate_replay(
             store, run, self.meta, workers=self.workers, script=self.script, within=self.within, strong=strong,
             threads=threads, gpus=gpus)
-        self.replay_id, self.resumed = (str(earlier["replay"]), True) if earlier is not None else (new_replay_id(), False)
+        self.replay_id, self.resumed = ((str(earlier["replay"]), True) if earlier is not None
+                                        else (new_replay_id(), False))
         self.states = [WorkerState(w, self.estimate.plans[w]) for w in range(self.workers)]
         self._lock = threading.Lock()  # the output threads and the progress bar share the streams
         self._bar: Any = None  # tqdm's bar while the workers run
@@ -246,7 +248,8 @@ class Launch:
             "summary": summary,
             **({"error": error} if error else {}),
         }
-        self.store.write_json(self.store.run_key(self.run, "logs", self.layout.launch_record(self.replay_id).name), rec, durable=False)
+        self.store.write_json(self.store.run_key(self.run, "logs", self.layout.launch_record(self.replay_id).name), rec,
+                              durable=False)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -342,7 +345,8 @@ class Launch:
                 s.skipped = True
             else:
                 pending.append(s)
-        what = f"epochs {span(self.within)}" if self.within is not None else f"all {self.estimate.plans[0].epochs} epochs"
+        what = (f"epochs {span(self.within)}" if self.within is not None
+                else f"all {self.estimate.plans[0].epochs} epochs")
         tail = f", resuming: {len(pending)} of {self.workers} segments left" if self.resumed else ""
         tail += f"; estimated {clock(self.estimate.total_s)}"
         if self.done_before and not pending:
@@ -386,7 +390,8 @@ class Launch:
                 self.show_progress()
         except KeyboardInterrupt:
             stop_workers(pending)
-            self._emit(self.err, "\nflor: interrupted; run the same command again to replay only the missing segments\n")
+            self._emit(self.err,
+                       "\nflor: interrupted; run the same command again to replay only the missing segments\n")
         for t in pumps:  # the workers' last lines; a grandchild holding the pipe open is not waited for
             t.join(timeout=2.0)
         return self.conclude(pending)

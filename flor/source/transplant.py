@@ -29,7 +29,7 @@ patch (``flor replay --dry-run``) shows only added lines and flag edits.
 Traceback (most recent call last):
 ...
 flor.source.transplant.TransplantError: cannot place `flor.log('x', x)` (line 4 of today's script): its anchor `x = train2(e)` is not in the older script
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
@@ -183,7 +183,8 @@ class _Placer:
 
     # -- matching ----------------------------------------------------------------------
 
-    def _find(self, stmt: ast.stmt, block: list[ast.stmt], *, occurrence: tuple[int, int] | None = None) -> list[ast.stmt]:
+    def _find(self, stmt: ast.stmt, block: list[ast.stmt], *,
+              occurrence: tuple[int, int] | None = None) -> list[ast.stmt]:
         key = _key(stmt)
         found = [s for s in block if _key(s) == key]
         if occurrence is not None and len(found) == occurrence[1]:  # the k-th of as many: the same one

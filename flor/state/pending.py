@@ -76,7 +76,8 @@ class BufferPool:
 
     def __init__(self) -> None:
         self._free: dict[tuple[int, bool], list[torch.Tensor]] = {}
-        self._pinned: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()  # id -> made pinned
+        # id -> made pinned
+        self._pinned: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
     def take(self, nbytes: int, *, pinned: bool = False) -> torch.Tensor:

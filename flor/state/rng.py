@@ -91,7 +91,8 @@ def same_rng(a: Any, b: Any) -> bool:
         return False
     a, b = settled(a), settled(b)
     x, y = a["numpy"], b["numpy"]
-    if type(x) is not NumpyRaw or type(y) is not NumpyRaw or (x.state, x.has_gauss, x.gauss) != (y.state, y.has_gauss, y.gauss):
+    if (type(x) is not NumpyRaw or type(y) is not NumpyRaw
+            or (x.state, x.has_gauss, x.gauss) != (y.state, y.has_gauss, y.gauss)):
         return False
     s, t = a["torch"], b["torch"]
     if not (type(s) is torch.Tensor and type(t) is torch.Tensor and s.dtype is torch.uint8 and t.dtype is torch.uint8
@@ -140,7 +141,8 @@ def restore_rng(state: Any) -> None:
             for device, generator in enumerate(cuda[:count]):  # others it never saw (the script seeded them)
                 torch.cuda.set_rng_state(generator, device)
         except Exception as exc:
-            raise StateError(f"the recorded CUDA random state cannot be set ({exc}); the checkpoint is damaged") from exc
+            raise StateError(f"the recorded CUDA random state cannot be set ({exc}); "
+                             "the checkpoint is damaged") from exc
 
 
 def cuda_offset(state: Any) -> int | None:
@@ -312,7 +314,8 @@ def _python_raw() -> tuple[int, bytes, Any] | None:
         at = _LAYOUT.get("python", False)
         if at is False:
             at = _LAYOUT["python"] = _python_layout()
-        view = None if at is None or type(inst) is not random.Random else (ctypes.c_char * 2500).from_address(id(inst) + at - 4)
+        view = (None if at is None or type(inst) is not random.Random
+                else (ctypes.c_char * 2500).from_address(id(inst) + at - 4))
         reader = _READERS["python"] = (inst, None, view)
     if reader[2] is None:
         return None

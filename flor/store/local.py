@@ -232,7 +232,8 @@ class LocalBackend:
         except FileNotFoundError as exc:
             raise StorageError(f"{self.path(key)} is missing from the store") from exc
         except StoreFileError as exc:
-            raise StorageError("refusing " + str(exc.strerror).replace("flor verify NAME", f"flor verify {self.root.name}")) from exc
+            why = str(exc.strerror).replace("flor verify NAME", f"flor verify {self.root.name}")
+            raise StorageError("refusing " + why) from exc
         except OSError as exc:
             raise StorageError(f"cannot read {self.path(key)}: {exc}") from exc
 

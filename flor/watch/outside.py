@@ -28,7 +28,8 @@ class OutsideChanges:
     back: its values are the recording's training, not a full run's. The recording notes the
     names each block run found changed, with how many in-place operations changed each
     (``"outside"`` in ``logs/state.jsonl``); a replay that finds others, or other counts
-    (a hindsight forward besides the script's own), says so. Reading a counter costs no copy: about 1 µs a tensor at ``end()``.
+    (a hindsight forward besides the script's own), says so. Reading a counter costs no copy:
+    about 1 µs a tensor at ``end()``.
     """
 
     def __init__(self) -> None:
