@@ -191,4 +191,4 @@ def arg(name: str, default: T, session: Any = None, *, recording: bool = False) 
     _ARGS[name] = value
     if recording:  # the recording reads captured() when it starts, and follows later captures
         _capture({name: value})
-    return value  # type: ignore[no-any-return]
+    return value

@@ -69,7 +69,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError
 from .placement import parse_segment, shared_replay_id, worker_place
@@ -513,7 +513,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     rank_timeout = _rank_timeout(env)
     debug = _parse_bool(env.get("FLOR_DEBUG", "0"), "FLOR_DEBUG")
     malloc = _malloc(env)
-    trust = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
+    trust: dict[str, Any] = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
         flags.get("--flor_trust_pickles") or env.get("FLOR_TRUST_PICKLES", "0"),
         "--flor_trust_pickles/FLOR_TRUST_PICKLES")}
     every_text = flags.get("--flor_every") or env.get("FLOR_EVERY") or None  # empty: unset, as the others

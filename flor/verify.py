@@ -56,7 +56,9 @@ def compare_logs(recorded: list[dict], replayed: list[dict], *, key: Callable[[d
 
 
 def _ranges(epochs: list[int]) -> str:
-    out, start, prev = [], None, None
+    out: list[str] = []
+    start: int | None = None
+    prev = 0  # read only once start is set
     for e in sorted(epochs):
         if start is None:
             start = prev = e

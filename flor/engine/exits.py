@@ -167,7 +167,7 @@ def _ran_to_end(frame: FrameType) -> bool:
     return False
 
 
-def _in_flight() -> BaseException | None:
+def _in_flight() -> SystemExit | None:
     """The ``SystemExit`` being raised now, among the objects the garbage collector tracks
     (the youngest generations first: it was just made). One not yet caught anywhere has no
     ``__traceback__`` yet; None when there is none, or no single one."""

@@ -18,6 +18,7 @@ Needs Ray (``pip install ray``, or ``pip install -e '.[ray]'`` in flor's checkou
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import threading
@@ -103,7 +104,7 @@ class RayExecutor:
                               " (or pip install -e '.[ray]' in flor's checkout)") from exc
         if not ray.is_initialized():
             ray.init(address=self.address, include_dashboard=False, log_to_driver=True,
-                     logging_level="ERROR", configure_logging=True)
+                     logging_level=logging.ERROR, configure_logging=True)
         self.gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
 
     def start(self, index: int, command: Sequence[str], env: Mapping[str, str], *, threads: int) -> Worker:

@@ -187,7 +187,9 @@ def loop_wrapper(frame: FrameType | None) -> str | None:
     """``wrapper_at`` the line of ``frame`` that calls ``flor.it``, read from the script's source
     (``for i, epoch in enumerate(flor.it(range(9)))``). Never raises."""
     try:
-        tree = _tree(frame) if frame is not None else None
+        if frame is None:
+            return None
+        tree = _tree(frame)
         return wrapper_at(tree, frame.f_lineno) if tree is not None else None
     except Exception:  # noqa: BLE001 - advice only
         return None

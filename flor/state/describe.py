@@ -56,7 +56,7 @@ def arity_message(name: str, epoch: int | None, recorded: list[Any], given: tupl
     old = [describe_node(n) for n in recorded]
     new = [describe(o) for o in given]
     where = "" if epoch is None else f" at epoch {epoch}"
-    parts = []
+    parts: list[str] = []
     for tag, i1, i2, j1, j2 in SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
         if tag == "replace" and i2 - i1 == j2 - j1:  # the same count, other types
             parts.extend(f"position {i} was {article(old[i])}, is {article(new[j])} now"

@@ -45,7 +45,7 @@ def capture_rng(*, raw: bool = False) -> dict:
         packed = array.array("I", words)
         if sys.byteorder == "big":
             packed.byteswap()
-        words = packed.tobytes()  # type: ignore[assignment]
+        words = packed.tobytes()
     state: dict[str, Any] = {
         "python": (version, words, gauss),
         "numpy": (raw and NumpyRaw.capture()) or np.random.get_state(legacy=False),
@@ -308,7 +308,7 @@ def _python_raw() -> tuple[int, bytes, Any] | None:
     as an ``int`` right before the 624 words; both offsets are found once, on a private
     instance, and checked there and on the global one against ``getstate``; the view of the
     global instance's memory is made once (``_READERS``)."""
-    inst = random._inst  # type: ignore[attr-defined]
+    inst = random._inst
     reader = _READERS.get("python")
     if reader is None or reader[0] is not inst:
         at = _LAYOUT.get("python", False)
@@ -333,7 +333,7 @@ def _python_words(inst: random.Random, at: int) -> bytes:
 def _python_layout() -> int | None:
     try:
         if platform.python_implementation() != "CPython" or sys.byteorder != "little" \
-                or type(random._inst) is not random.Random:  # type: ignore[attr-defined]
+                or type(random._inst) is not random.Random:
             return None
         probe = random.Random(20261202)
         probe.random()
@@ -346,7 +346,7 @@ def _python_layout() -> int | None:
         def agrees(inst: random.Random) -> bool:
             return _python_words(inst, at) == array.array("I", inst.getstate()[1]).tobytes()
 
-        if agrees(probe) and agrees(random._inst):  # type: ignore[attr-defined]
+        if agrees(probe) and agrees(random._inst):
             return at
     except Exception:  # noqa: BLE001 - any surprise: getstate, as before
         pass
