@@ -66,7 +66,7 @@ def install_error_hook(settings: Settings) -> None:
     _HOOKED = True
     previous = sys.excepthook
 
-    def hook(exc_type: type, exc: BaseException, tb: Any) -> None:
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         if not issubclass(exc_type, FlorError):
             previous(exc_type, exc, tb)
             return

@@ -123,7 +123,7 @@ class Checkpointer:
                 self.packs.give_back()  # its pack is written (or failed): the buffer may be reused
                 for part in parts:
                     part.release()
-            head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
+            head: dict[str, Any] = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
             if noted:
                 head["watch"] = noted
             give_turn()

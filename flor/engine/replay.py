@@ -75,7 +75,7 @@ class ReplaySession(Session):
             remote = LazyRemote(self.store, (own or spools)[0], progress=progress, trusted=bool(own),
                                 say=lambda text: print(f"flor: {text}", file=sys.stderr))
         if remote is not None:  # a store whose blobs fall back on the spool; what came from it is said at exit
-            self.store = ExperimentStore(settings.home, settings.name, remote=remote)
+            self.store = ExperimentStore(settings.home, self.store.name, remote=remote)
             owner = os.getpid()  # not in a child made by os.fork
             atexit.register(lambda: os.getpid() == owner and remote.summary()
                             and print(f"flor: {remote.summary()}", file=sys.stderr))
@@ -168,9 +168,10 @@ class ReplaySession(Session):
                       if epochs else f"the recording ran {self.meta.epochs_text()} epochs; there is nothing to replay")
         cp = self.checkpoints
         restorable = {e for e in range(epochs) if cp.restorable(e)}
-        within = select(epochs, self.settings.epoch_range) if self.settings.epoch_range else None
-        if within is not None and len(within) == 0:
-            raise ReplayError(f"--flor_epochs {self.settings.epoch_range[0]}:{self.settings.epoch_range[1] or ''} "
+        epoch_range = self.settings.epoch_range
+        within = select(epochs, epoch_range) if epoch_range else None
+        if epoch_range and within is not None and len(within) == 0:
+            raise ReplayError(f"--flor_epochs {epoch_range[0]}:{epoch_range[1] or ''} "
                               f"selects no epoch of the recording's {epochs}: epochs are 0 to {epochs - 1}")
         plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
         while cp.drop_damaged(range(plan.first, plan.stop)):  # what a damaged manifest held is not restorable
@@ -315,6 +316,7 @@ class ReplaySession(Session):
         cp = self.checkpoints
         restored = None
         if action == "restore":
+            assert manifest is not None and cache is not None  # step_into fetched both to restore
             objs = cp.restore(manifest, cache, objs)
             restored = manifest.get("watch", {})  # set as recorded: the block's variables outside end()
         elif manifest is None:

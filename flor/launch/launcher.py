@@ -157,7 +157,7 @@ class Launch:
                               f"(status {self.meta.status_text()}): "
                               f"there is nothing to replay; `flor show {store.name} {run}` shows what it recorded")
         self.within = select(n_epochs, epoch_range) if epoch_range else None
-        if self.within is not None and len(self.within) == 0:
+        if epoch_range and self.within is not None and len(self.within) == 0:
             raise ConfigError(f"--epochs {epoch_range[0]}:{epoch_range[1] if epoch_range[1] is not None else ''} "
                               f"selects no epoch of run {run}, which has epochs 0 to {n_epochs - 1}")
         selected = len(self.within) if self.within is not None else n_epochs
@@ -241,7 +241,7 @@ class Launch:
             "segments": [{
                 "worker": s.index, "segment": [s.plan.segment.start, s.plan.segment.stop],
                 "init": [s.plan.init.start, s.plan.init.stop], "skipped": s.skipped, "rc": s.rc,
-                "startup_s": round(s.fixed_s(), 3) if s.fixed_s() is not None else None,
+                "startup_s": round(fixed, 3) if (fixed := s.fixed_s()) is not None else None,
                 "seconds": round(s.exited - s.spawned, 3) if s.exited and s.spawned else None,
                 "estimate_s": round(self.estimate.seconds[s.index], 3),
             } for s in self.states],
@@ -374,7 +374,7 @@ class Launch:
         total = sum(len(s.plan.segment) for s in self.states)
         self._bar = progress(total, f"replay {self.replay_id}", stream=self.err, unit="epoch",
                              bar_format="{desc}: |{bar}| {n_fmt}/{total_fmt} epochs{postfix}")  # ETA: ours
-        pumps = []
+        pumps: list[threading.Thread] = []
         for s in pending:
             s.spawned = time.time()
             try:
@@ -440,6 +440,7 @@ class Launch:
     def _placement_notes(self) -> list[str]:
         notes = []
         t, n = self.estimate.threads, self.workers
+        assert n is not None  # the worker count __init__ settled on
         if self.asked and self.asked > n:
             notes.append(f"--workers {self.asked}: {n} epoch(s) to replay, so {n} worker(s)")
         if not self.gpus and n * t > cores():
@@ -458,20 +459,20 @@ def stop_workers(states: Sequence[WorkerState], grace_s: float = STOP_GRACE_S) -
     that cannot go on). One that has not ended after ``grace_s`` seconds, or when Ctrl-C comes
     again meanwhile, is stopped at once (a stuck worker, one that ignores SIGTERM): the
     launcher never waits on it for ever."""
-    running = [s for s in states if s.handle is not None and s.rc is None]
-    for s in running:
-        s.handle.stop()
+    running = [(s, s.handle) for s in states if s.handle is not None and s.rc is None]
+    for _, handle in running:
+        handle.stop()
     deadline = time.monotonic() + grace_s
     try:
-        while time.monotonic() < deadline and any(s.handle.poll() is None for s in running):
+        while time.monotonic() < deadline and any(handle.poll() is None for _, handle in running):
             time.sleep(0.1)
     except KeyboardInterrupt:
         pass  # asked again: no more waiting
-    for s in running:
-        if s.handle.poll() is None:
-            s.handle.stop()  # the second time: at once
-    for s in running:
-        s.rc, s.exited = s.handle.wait(), time.time()
+    for _, handle in running:
+        if handle.poll() is None:
+            handle.stop()  # the second time: at once
+    for s, handle in running:
+        s.rc, s.exited = handle.wait(), time.time()
 
 
 def start_error(s: WorkerState, exc: BaseException) -> str:

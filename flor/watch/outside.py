@@ -41,7 +41,7 @@ class OutsideChanges:
         if torch is None:
             return
         try:
-            watched = []
+            watched: list[tuple[str, Any, int]] = []
             for i, obj in enumerate(objs):
                 if isinstance(obj, torch.nn.Module):
                     for part in (obj.named_parameters(), obj.named_buffers()):

@@ -40,7 +40,8 @@ from .frames import frame_variables, given_ids
 __all__ = ["Probe", "Say", "View", "Watch"]
 
 #: ``say(code, subject, text)``: a finding of ``flor.findings.CATALOGUE`` about ``subject``
-Say = Callable[[str, Any, str], None]
+#: (what it returns, such as ``warn_once``'s whether it warned, is not used)
+Say = Callable[[str, Any, str], object]
 
 
 @dataclass

@@ -207,7 +207,7 @@ class Spooler:
 
     def _local_blobs(self) -> list[tuple[str, int, float]]:
         """``(digest, size, mtime)`` of every local blob."""
-        out = []
+        out: list[tuple[str, int, float]] = []
         base = self.store.root / "objects"
         if not base.is_dir():
             return out
