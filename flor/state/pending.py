@@ -34,7 +34,8 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     if t.numel() == 0:
         return memoryview(b"")
     if t.dtype in _NUMPY_DTYPES and not t.requires_grad and t.is_contiguous() and not t.is_conj() and not t.is_neg():
-        return t.numpy().data.cast("B")  # ndarray.data: its buffer (the stubs give 3.11 no ndarray.__buffer__)
+        # ndarray.data is memoryview(ndarray); numpy's stubs declare ndarray.__buffer__ for Python 3.12+ only
+        return t.numpy().data.cast("B")
     return t.reshape(-1).view(torch.uint8).numpy().data
 
 

@@ -40,7 +40,7 @@ from .frames import frame_variables, given_ids
 __all__ = ["Probe", "Say", "View", "Watch"]
 
 #: ``say(code, subject, text)``: a finding of ``flor.findings.CATALOGUE`` about ``subject``
-#: (what it returns, such as ``warn_once``'s whether it warned, is not used)
+#: (its result, such as whether ``warn_once`` warned, is ignored)
 Say = Callable[[str, Any, str], object]
 
 
