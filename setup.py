@@ -33,7 +33,10 @@ setup(
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "pandas>=1.5", "scikit-learn>=1.1", "boto3>=1.36", "moto[server]>=5",
                  "matplotlib>=3.5",
                  # tests/test_launch_ray.py; Ray installs in ~20 s (one 80 MB wheel), the test is skipped without it
-                 "ray>=2.9"],
+                 "ray>=2.9",
+                 # `ruff check flor && mypy flor` (pyproject.toml), run by .ci/run before the tests; the oldest
+                 # versions seen to pass (older mypy releases, with older typeshed stubs, report false errors)
+                 "ruff>=0.6", "mypy>=2.2"],
         "examples": ["scikit-learn>=1.1"],
     },
     entry_points={"console_scripts": ["flor = flor.cli:main"]},

@@ -32,11 +32,12 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 from ._fmt import human_size
 
-__all__ = ["MAX_LINE", "MAX_METADATA", "MAX_OUTPUT", "StoreFileError", "lines", "open_append", "open_file", "read_bytes", "read_lines", "read_text"]
+__all__ = ["MAX_LINE", "MAX_METADATA", "MAX_OUTPUT", "StoreFileError", "lines", "open_append", "open_file",
+           "read_bytes", "read_lines", "read_text"]
 
 #: the most bytes a JSON or other metadata file of a store (run.json, a manifest, a summary, a
 #: launch record, marks, the spool journal) may hold: flor's own are kilobytes to a few MB
@@ -130,7 +131,7 @@ def read_lines(path: str | Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def lines(fh: BinaryIO, limit: int = MAX_LINE):  # type: ignore[no-untyped-def]
+def lines(fh: BinaryIO, limit: int = MAX_LINE) -> Iterator[bytes]:
     """Each line of ``fh`` (with its newline); a line over ``limit`` bytes is yielded as
     ``b"\\0\\n"``, which no parser accepts, and its rest is skipped, so a file without newlines
     costs no memory."""

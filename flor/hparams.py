@@ -183,11 +183,12 @@ def arg(name: str, default: T, session: Any = None, *, recording: bool = False) 
             if isinstance(default, tuple) and isinstance(value, list):
                 value = tuple(value)
             if given and jsonable(wanted) != recorded[name]:
-                session.note("FL333", f"flor.arg({name!r}): the command line asks for {redact_value(name, wanted)!r}, the "
+                session.note("FL333", f"flor.arg({name!r}): the command line asks for "
+                             f"{redact_value(name, wanted)!r}, the "
                              f"recording used {value!r}; replaying with the recorded value (record again to change it)")
         elif name not in recorded:
             session.note("FL334", f"flor.arg({name!r}) is not in the recording; using {redact_value(name, wanted)!r}")
     _ARGS[name] = value
     if recording:  # the recording reads captured() when it starts, and follows later captures
         _capture({name: value})
-    return value  # type: ignore[no-any-return]
+    return value

@@ -25,7 +25,7 @@ import inspect
 import pathlib
 import sys
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .errors import StateError
 
@@ -84,11 +84,12 @@ def encode_leaf(obj: Any) -> dict | None:
 
 def decode_leaf(node: dict, live: Any, path: str) -> Any:
     """The value of a plain leaf node (``live``, the object being restored, names an enum's class)."""
-    kind, v = node["t"], node.get("v")
+    kind = node["t"]
+    v: Any = node.get("v")  # data from the store: the constructor of its kind checks it
     if kind == "complex":
         return complex(float(v[0]), float(v[1]))
     if kind == "path":
-        cls = _PATHS.get(node.get("cls"))
+        cls = _PATHS.get(node.get("cls", ""))
         if cls is None:
             raise StateError(f"{path}: {node.get('cls')!r} is not a pathlib class")
         try:
@@ -114,9 +115,9 @@ def decode_leaf(node: dict, live: Any, path: str) -> Any:
         if "v" in node:
             flag = find_class(node["cls"], live, lambda c: issubclass(c, enum.Flag), path)
             return flag(int(node["v"]))
-        cls = find_class(node["cls"], live, lambda c: issubclass(c, enum.Enum), path)
+        enum_cls = cast("type[enum.Enum]", find_class(node["cls"], live, lambda c: issubclass(c, enum.Enum), path))
         try:
-            return cls.__members__[node["name"]]
+            return enum_cls.__members__[node["name"]]
         except KeyError:
             raise StateError(f"{path}: the enum {node['cls']} has no member {node['name']!r} now; was it "
                              "renamed since the recording?") from None

@@ -38,7 +38,7 @@ _USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TO
 _DONE: list[str] = []
 
 
-def raise_thresholds(setting: str = "raise", env: "os._Environ[str] | dict[str, str]" = os.environ) -> str:
+def raise_thresholds(setting: str = "raise", env: os._Environ[str] | dict[str, str] = os.environ) -> str:
     """Raise glibc's dynamic mmap and trim thresholds to their maximum, once per process,
     unless ``setting`` (``Settings.malloc``, from ``FLOR_MALLOC``) is ``"default"`` or ``env``
     holds the user's own glibc malloc settings; returns what was done (for the run's metadata)."""
@@ -53,12 +53,13 @@ def done() -> str | None:
     return _DONE[0] if _DONE else None
 
 
-def _raise(setting: str, env: "os._Environ[str] | dict[str, str]") -> str:
+def _raise(setting: str, env: os._Environ[str] | dict[str, str]) -> str:
     if setting == "default":
         return "unchanged (FLOR_MALLOC=default)"
     if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         return "unchanged (not glibc)"
-    fixed = [k for k in _USER_SETTINGS if k in env] + (["GLIBC_TUNABLES"] if "glibc.malloc" in env.get("GLIBC_TUNABLES", "") else [])
+    fixed = [k for k in _USER_SETTINGS if k in env]
+    fixed += ["GLIBC_TUNABLES"] if "glibc.malloc" in env.get("GLIBC_TUNABLES", "") else []
     if fixed:
         return f"unchanged (the user's {fixed[0]})"
     try:

@@ -154,7 +154,7 @@ class CheckpointPolicy:
         >>> p.charge = CHARGE_IDLE; p.every = 2
         >>> p.summary(10.0, failed=frozenset({0})).split(" (")[:2]
         ['checkpointed 0 of 1 epochs for 0.10% of training time', "--flor_every 2, charged: stall + training's wait for the writer's GIL"]
-        """
+        """  # noqa: E501 - a doctest's expected output is one line
         done = len([e for e in self.checkpointed if e not in failed])
         rule = f"--flor_every {self.every}" if self.every is not None else f"--flor_overhead {self.overhead:.1%}"
         share = self.charged_s / max(training_s - self.charged_s, 1e-9)

@@ -144,11 +144,13 @@ def gpus() -> dict[str, Any]:
             n = torch.cuda.device_count()
             out["gpus"] = [torch.cuda.get_device_name(i) for i in range(n)]
             out["gpu_capabilities"] = [".".join(map(str, torch.cuda.get_device_capability(i))) for i in range(n)]
-            out["gpu_memory_gb"] = [round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1) for i in range(n)]
+            out["gpu_memory_gb"] = [round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1)
+                                    for i in range(n)]
             out["gpu_source"] = "torch"
     except Exception:  # noqa: BLE001 - metadata must never fail a run
         out = {}
-    rows = _nvidia_smi("name,memory.total,compute_cap,driver_version") or _nvidia_smi("name,memory.total,driver_version")
+    rows = (_nvidia_smi("name,memory.total,compute_cap,driver_version")
+            or _nvidia_smi("name,memory.total,driver_version"))
     if rows:
         out["gpu_driver"] = rows[0][-1]
         if "gpus" not in out:

@@ -25,7 +25,7 @@ _LOCK = threading.Lock()
 _HOOKED = False
 
 
-def current() -> "Session | None":
+def current() -> Session | None:
     """The session of this process, started on first use; None when flor is inert."""
     global _SESSION, _INERT
     if _SESSION is not None or _INERT or SETTINGS.mode == "inert":
@@ -66,7 +66,7 @@ def install_error_hook(settings: Settings) -> None:
     _HOOKED = True
     previous = sys.excepthook
 
-    def hook(exc_type: type, exc: BaseException, tb: Any) -> None:
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         if not issubclass(exc_type, FlorError):
             previous(exc_type, exc, tb)
             return
@@ -87,7 +87,7 @@ def install_error_hook(settings: Settings) -> None:
     sys.excepthook = hook
 
 
-def start(settings: Settings) -> "Session":
+def start(settings: Settings) -> Session:
     from .malloc import raise_thresholds
 
     raise_thresholds(settings.malloc)  # a CPU training step no longer gives its heap back at every step (flor.malloc)

@@ -19,7 +19,8 @@ flag                           variable             meaning
 ``--flor_overhead F``          ``FLOR_OVERHEAD``    record: checkpoint stall budget, a fraction of
                                                     training time (default 0.01 = 1%)
 ``--flor_spool URL``           ``FLOR_SPOOL``       spool to (record) or fetch from (replay) ``s3://bucket/prefix``
-``--flor_epochs A:B``          ``FLOR_EPOCHS``      replay only epochs A..B-1 (a slice: ``40:61``, ``40:``, ``:10``, ``7``)
+``--flor_epochs A:B``          ``FLOR_EPOCHS``      replay only epochs A..B-1 (a slice: ``40:61``, ``40:``,
+                                                    ``:10``, ``7``)
 ``--flor_threads N``           ``FLOR_THREADS``     replay with N torch threads, not the recorded count (not bit-exact)
 ``--flor_trust_pickles``       ``FLOR_TRUST_PICKLES=1`` replay: load pickled leaves of any manifest, signed or not
                                                     (a pickle can run code: only for stores you trust)
@@ -68,12 +69,13 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError
 from .placement import parse_segment, shared_replay_id, worker_place
 
-__all__ = ["Settings", "VERDICTS", "VERDICT_VARIABLES", "parse", "parse_epoch_range", "parse_s3_url", "validate_name", "SETTINGS"]
+__all__ = ["Settings", "VERDICTS", "VERDICT_VARIABLES", "parse", "parse_epoch_range", "parse_s3_url", "validate_name",
+           "SETTINGS"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _SEGMENT_RE = re.compile(r"^-?[A-Za-z0-9]*/[A-Za-z0-9]*$")
@@ -81,8 +83,8 @@ _BOOL_TRUE = {"1", "true", "yes", "on"}
 _BOOL_FALSE = {"0", "false", "no", "off", ""}
 
 #: flags that take a value, and flags that are switches
-_VALUE_FLAGS = {"--flor", "--flor_epochs", "--flor_threads", "--flor_run", "--flor_every", "--flor_overhead", "--flor_spool",
-                "--flor_verdict"}
+_VALUE_FLAGS = {"--flor", "--flor_epochs", "--flor_threads", "--flor_run", "--flor_every", "--flor_overhead",
+                "--flor_spool", "--flor_verdict"}
 #: S3's bucket naming rules (lowercase letters, digits, '.', '-'; 3 to 63 characters)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SWITCH_FLAGS = {"--flor_strict", "--flor_lenient", "--flor_strong", "--flor_trust_pickles"}
@@ -511,7 +513,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     rank_timeout = _rank_timeout(env)
     debug = _parse_bool(env.get("FLOR_DEBUG", "0"), "FLOR_DEBUG")
     malloc = _malloc(env)
-    trust = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
+    trust: dict[str, Any] = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
         flags.get("--flor_trust_pickles") or env.get("FLOR_TRUST_PICKLES", "0"),
         "--flor_trust_pickles/FLOR_TRUST_PICKLES")}
     every_text = flags.get("--flor_every") or env.get("FLOR_EVERY") or None  # empty: unset, as the others
@@ -531,7 +533,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
             raise ConfigError(
                 f"{replay_origin} needs an experiment to replay: add --flor NAME (or set FLOR_NAME)"
             )
-        return Settings(mode="inert", home=home, debug=debug, config_dir=trust["config_dir"], malloc=malloc, **spool), rest
+        inert = Settings(mode="inert", home=home, debug=debug, config_dir=trust["config_dir"], malloc=malloc, **spool)
+        return inert, rest
     validate_name(name)
 
     notes = _ignored_flags(flags, "replay" if replay else "record")

@@ -20,7 +20,8 @@ CAUSE_NOT_PASSED = "an object changed inside the block was not passed to end()"
 CAUSE_CODE = "the training code changed since the recording (the edit touches more than logging)"
 CAUSE_RNG = "the block now draws a different amount of randomness (added code that uses random numbers?)"
 CAUSE_THREADS = "the torch thread count differs from the recording"
-CAUSE_NONDET = "nondeterminism in the training code (non-deterministic kernels, DataLoader workers, time- or environment-dependent code)"
+CAUSE_NONDET = ("nondeterminism in the training code (non-deterministic kernels, DataLoader workers, "
+                "time- or environment-dependent code)")
 
 
 @dataclass
@@ -55,7 +56,9 @@ def compare_logs(recorded: list[dict], replayed: list[dict], *, key: Callable[[d
 
 
 def _ranges(epochs: list[int]) -> str:
-    out, start, prev = [], None, None
+    out: list[str] = []
+    start: int | None = None
+    prev = 0  # read only once start is set
     for e in sorted(epochs):
         if start is None:
             start = prev = e

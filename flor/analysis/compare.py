@@ -117,6 +117,8 @@ def _pick(series: list[tuple[float, float, int | None, bool]], at: str | int,
     if at == "best":
         best = (min if goal == "min" else max)(series, key=lambda p: p[1])
         return best[1], best[2]
+    if isinstance(at, str):  # a word other than final or best: no epoch is one
+        return None
     in_epoch = [p for p in series if p[2] == at]
     return (in_epoch[-1][1], at) if in_epoch else None
 

@@ -160,7 +160,8 @@ def dataframe(*names: str, name: str | None = None, run: str | Sequence[str] | N
 
     ``hparams=True`` adds a column per hyperparameter (``hp.NAME`` where a logged value has
     the same name); the last column, ``script``, is sha256[:12] of the script version the row's
-    values came from (``flor replay --all`` replays older runs with their own script); ``definitions`` adds regex metrics from the printed output.
+    values came from (``flor replay --all`` replays older runs with their own script); ``definitions`` adds
+    regex metrics from the printed output.
 
     (needs the recorded experiment ``cnn-demo``, so the example is not run as a doctest)
 

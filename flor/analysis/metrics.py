@@ -150,7 +150,8 @@ def _marks(log: Path) -> list[dict]:
     except FileNotFoundError:
         text = ""
     except OSError as exc:
-        warn("FL502", f"skipped the epoch marks {exc.strerror if isinstance(exc, StoreFileError) else f'{path}: {exc}'}")
+        why = exc.strerror if isinstance(exc, StoreFileError) else f"{path}: {exc}"
+        warn("FL502", f"skipped the epoch marks {why}")
         text = ""
     if text:
         for line in text.splitlines():

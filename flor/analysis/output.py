@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from typing import IO, Any, Sequence
+from typing import IO, AbstractSet, Any, Sequence
 
 __all__ = ["write_rows", "text_table"]
 
@@ -20,7 +20,7 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def text_table(columns: Sequence[str], rows: Sequence[dict], *, marked: set[str] = frozenset(),
+def text_table(columns: Sequence[str], rows: Sequence[dict], *, marked: AbstractSet[str] = frozenset(),
                mark: str = "*") -> str:
     """An aligned table; the headers of ``marked`` columns end in ``mark``. Numbers are
     shown with 6 significant digits (CSV and JSON keep every digit)."""
@@ -34,7 +34,7 @@ def text_table(columns: Sequence[str], rows: Sequence[dict], *, marked: set[str]
 
 
 def write_rows(out: IO[str], columns: Sequence[str], rows: Sequence[dict], fmt: str, *,
-               marked: set[str] = frozenset(), legend: str | None = None) -> None:
+               marked: AbstractSet[str] = frozenset(), legend: str | None = None) -> None:
     """Write ``rows`` (dicts) as ``table``, ``csv`` or ``jsonl`` with these ``columns``."""
     if fmt == "jsonl":
         for r in rows:

@@ -47,7 +47,7 @@ def check_output(out: str | Path | None, flag: str = "out") -> Path | None:
     Traceback (most recent call last):
     ...
     flor.errors.ConfigError: -o 'acc.jpg': plots are written as .png, .svg or .pdf (the suffix names the format); name the file like acc.png
-    """
+    """  # noqa: E501 - a doctest's expected output is one line
     if out is None:
         return None
     text = str(out)

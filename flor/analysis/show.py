@@ -66,7 +66,8 @@ def run_report(name: str, run: str | None = None, *, home: Path | None = None) -
             r["hindsight"].update(h for h in hindsight if isinstance(h, str))
     return {
         "name": name, "run": run_id, "meta": meta, "run_dir": str(run_dir),
-        "checkpoints": len(manifests), "damaged_checkpoints": damaged, "checkpoint_blocks": sorted({b for b, _, _ in manifests}),
+        "checkpoints": len(manifests), "damaged_checkpoints": damaged,
+        "checkpoint_blocks": sorted({b for b, _, _ in manifests}),
         "checkpoint_bytes": ckpt_bytes, "run_bytes": dir_size(run_dir), "experiment_bytes": store.disk_usage(),
         "values": values,
         "replays": {k: {"workers": v["workers"], "verdict": " / ".join(sorted(v["verdicts"])),
@@ -139,7 +140,8 @@ def render_report(rep: dict[str, Any]) -> str:
     fails = len(meta.checkpoint_failures)
     row("checkpoints", f"{rep['checkpoints']} ({', '.join(rep['checkpoint_blocks']) or 'no blocks'})"
                        + _policy(meta) + (f", {fails} failed" if fails else ""))
-    row("storage", f"run folder {human_size(rep['run_bytes'])}, new checkpoint bytes {human_size(rep['checkpoint_bytes'])}, "
+    row("storage", f"run folder {human_size(rep['run_bytes'])}, "
+                   f"new checkpoint bytes {human_size(rep['checkpoint_bytes'])}, "
                    f"experiment (shared objects) {human_size(rep['experiment_bytes'])}")
     if rep["replays"]:
         for rid, r in rep["replays"].items():

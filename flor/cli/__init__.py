@@ -82,7 +82,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="flor", description="Hindsight logging for PyTorch: list, read, plot, compare, spool and replay recorded runs.",
+        prog="flor",
+        description="Hindsight logging for PyTorch: list, read, plot, compare, spool and replay recorded runs.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"flor {__version__}")

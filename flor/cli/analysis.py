@@ -174,7 +174,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def add_analysis_commands(sub: Any) -> None:
     """logs, metrics, show, plot and compare."""
-    p = subcommand(sub, "logs", "print logged values: record and replay side by side with each run's hyperparameters", """\
+    p = subcommand(sub, "logs",
+                   "print logged values: record and replay side by side with each run's hyperparameters", """\
   flor logs cnn-demo                          the latest run, one JSON object per value
   flor logs cnn-demo --format table           one row per epoch; hindsight columns marked *
   flor logs cnn-demo --run all --format csv > logs.csv
@@ -185,7 +186,8 @@ def add_analysis_commands(sub: Any) -> None:
                    help="long layout: one value per run/name/epoch/step, the newest replay's over the recording's")
     p.set_defaults(func=cmd_logs)
 
-    p = subcommand(sub, "metrics", "extract metrics from printed output with regexes in SageMaker's {Name, Regex} form", """\
+    p = subcommand(sub, "metrics",
+                   "extract metrics from printed output with regexes in SageMaker's {Name, Regex} form", """\
   flor metrics cnn-demo --definitions defs.json --format table
   flor metrics cnn-demo --run all --definitions '[{"Name": "val_loss", "Regex": "val_loss ([0-9.eE+-]+)"}]'
   flor metrics cnn-demo --definitions defs.json --format analytics     timestamp,metric_name,value,epoch,...
@@ -207,7 +209,8 @@ defs.json holds [{"Name": ..., "Regex": ...}, ...] (at most 40; group 1 is the n
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     p.set_defaults(func=cmd_show)
 
-    p = subcommand(sub, "plot", "plot logged values against epoch or step into a PNG, SVG or PDF (several runs overlaid)", """\
+    p = subcommand(sub, "plot",
+                   "plot logged values against epoch or step into a PNG, SVG or PDF (several runs overlaid)", """\
   flor plot cnn-demo val_acc -o val_acc.png                  every run, epoch on the x-axis
   flor plot cnn-demo val_loss val_acc --runs 20261130T05 -o curves.png
   flor plot cnn-demo loss --x step -o loss.png               values logged with step=

@@ -57,7 +57,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(json.dumps({"run": run, "workers": workers, "estimate_s": round(est.total_s, 3),
                               "seconds": [round(x, 3) for x in est.seconds], "startup_s": round(est.startup_s, 3),
                               "startup_from": est.startup_from, "fastest": list(est.fastest),
-                              "by_count": est.by_count, "probed": sorted(est.probed) if est.probed is not True else True,
+                              "by_count": est.by_count,
+                              "probed": sorted(est.probed) if est.probed is not True else True,
                               "segments": [[p.segment.start, p.segment.stop] for p in est.plans],
                               "init": [[p.init.start, p.init.stop] for p in est.plans]}, indent=1))
         else:
@@ -191,7 +192,8 @@ def _replay_threads(args: argparse.Namespace, store: ExperimentStore, run: str, 
 
 def add_replay_command(sub: Any) -> None:
     """replay: parallel replay on this machine, its plan, and merged reports."""
-    p = subcommand(sub, "replay", "replay a recorded run with several workers on this machine, and merge their results", """\
+    p = subcommand(sub, "replay",
+                   "replay a recorded run with several workers on this machine, and merge their results", """\
   flor replay cnn-demo -- python train.py --epochs 8          workers: one a GPU, or the fastest count on CPU
   flor replay cnn-demo --workers 2 -- python train.py --epochs 8
   flor replay cnn-demo --gpus 0,1,2,3 --epochs 40:61 -- python train.py   epochs 40 to 60 only

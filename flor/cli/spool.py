@@ -70,7 +70,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 def add_spool_commands(sub: Any) -> None:
     """spool and pull: the S3 spool (see docs/s3.md)."""
-    p = subcommand(sub, "spool", "upload an experiment's runs to S3, verified and resumable; optionally evict local blobs", """\
+    p = subcommand(sub, "spool",
+                   "upload an experiment's runs to S3, verified and resumable; optionally evict local blobs", """\
   flor spool cnn-demo s3://my-bucket/flor          every run; again after a crash: it resumes
   flor spool cnn-demo --run 20261130T05 --evict    one run (FLOR_SPOOL as target), then free local disk
 """)

@@ -47,7 +47,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def add_verify_command(sub: Any) -> None:
-    p = subcommand(sub, "verify", "check every run.json, manifest and blob of an experiment (hash, size, references)", """\
+    p = subcommand(sub, "verify",
+                   "check every run.json, manifest and blob of an experiment (hash, size, references)", """\
   flor verify cnn-demo                        exit 0 when sound, 1 with one line per problem
   flor verify cnn-demo --run 20261130T05      one run: its run.json, manifests and the blobs they name
   flor verify cnn-demo --repair --dry-run     list leftover temp files and unreferenced blobs

@@ -122,13 +122,14 @@ class Checkpointer:
                 self.packs.give_back()  # its pack is written (or failed): the buffer may be reused
                 for part in parts:
                     part.release()
-            head = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
+            head: dict[str, Any] = {"block": name, "epoch": epoch, "occurrence": occ, "count": len(objs)}
             if noted:
                 head["watch"] = noted
             give_turn()
             data, rng_text = self._sealed_manifest(head, objects, rng, start, grads, nbytes=nbytes,
                                                    new_bytes=new_bytes, block_s=elapsed, snapshot_s=snap_s)
-            self.last_rng[name] = (rng_state, (rng.tree, rng_text))  # its blobs are durable: rng_start may point at them
+            # its blobs are durable: rng_start may point at them
+            self.last_rng[name] = (rng_state, (rng.tree, rng_text))
             give_turn()
             manifest_key = self.store.manifest_key(self.run, name, epoch, occ)
             if not self.writer.may_commit():
@@ -213,7 +214,8 @@ class Checkpointer:
             "created": time.time(),
         }
         pickled = any('"pickle"' in text for text in done.values()) and has_pickles(manifest)
-        return sealed_bytes(manifest, sign=signer(self.settings.config_dir) if pickled else None, done=done), done["rng"]
+        sign = signer(self.settings.config_dir) if pickled else None
+        return sealed_bytes(manifest, sign=sign, done=done), done["rng"]
 
     def skipped(self, name: str, epoch: int | None, reason: str) -> None:
         """A checkpoint not taken (the writer is behind) or abandoned (the exit flush timed out)."""

@@ -159,7 +159,7 @@ class RankLink:
         self._warned: set[str] = set()
 
     @classmethod
-    def for_record(cls, settings: Settings) -> "RankLink | None":
+    def for_record(cls, settings: Settings) -> RankLink | None:
         rank, world = record_rank()
         return cls(settings.name or "", rank, world, timeout=settings.rank_timeout) if world > 1 else None
 

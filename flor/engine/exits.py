@@ -41,10 +41,10 @@ from typing import Any, Callable
 __all__ = ["ExitWatch", "classify", "watch_exits"]
 
 _UNSEEN = object()
-_WATCH: "ExitWatch | None" = None
+_WATCH: ExitWatch | None = None
 
 
-def watch_exits(frame: FrameType | None) -> "ExitWatch":
+def watch_exits(frame: FrameType | None) -> ExitWatch:
     """The process's ``ExitWatch``, made and installed on the first call. ``import flor`` calls
     it when the process records, before the script's own lines after the import run: the
     common ``sys.exit(main())`` looks ``sys.exit`` up *before* ``main()`` starts the
@@ -167,12 +167,13 @@ def _ran_to_end(frame: FrameType) -> bool:
     return False
 
 
-def _in_flight() -> BaseException | None:
+def _in_flight() -> SystemExit | None:
     """The ``SystemExit`` being raised now, among the objects the garbage collector tracks
     (the youngest generations first: it was just made). One not yet caught anywhere has no
     ``__traceback__`` yet; None when there is none, or no single one."""
     for generation in (0, 1, 2):
-        found = [o for o in gc.get_objects(generation) if issubclass(type(o), SystemExit)]  # type(): no __class__ of a lazy module
+        # type(): no __class__ of a lazy module
+        found = [o for o in gc.get_objects(generation) if issubclass(type(o), SystemExit)]
         if len(found) == 1:
             return found[0]
         fresh = [o for o in found if o.__traceback__ is None]

@@ -75,7 +75,7 @@ class ReplaySession(Session):
             remote = LazyRemote(self.store, (own or spools)[0], progress=progress, trusted=bool(own),
                                 say=lambda text: print(f"flor: {text}", file=sys.stderr))
         if remote is not None:  # a store whose blobs fall back on the spool; what came from it is said at exit
-            self.store = ExperimentStore(settings.home, settings.name, remote=remote)
+            self.store = ExperimentStore(settings.home, self.store.name, remote=remote)
             owner = os.getpid()  # not in a child made by os.fork
             atexit.register(lambda: os.getpid() == owner and remote.summary()
                             and print(f"flor: {remote.summary()}", file=sys.stderr))
@@ -110,7 +110,8 @@ class ReplaySession(Session):
             self.note("FL303", f"the recording ended as {status!r}; epochs without checkpoints are re-executed")
         recorded_threads = self.meta.threads  # range-checked: a damaged value never reaches torch
         if earlier is not None:
-            self.note("FL304", f"worker {self.pid} of replay {self.replay_id} ran before; its earlier output is in {earlier}")
+            self.note("FL304", f"worker {self.pid} of replay {self.replay_id} ran before; "
+                               f"its earlier output is in {earlier}")
         if settings.threads is not None:  # asked for: faster with many workers on one machine, not bit-exact
             if settings.threads != recorded_threads:
                 self.note("FL305", f"using {settings.threads} torch threads (--flor_threads), not the recorded "
@@ -167,9 +168,10 @@ class ReplaySession(Session):
                       if epochs else f"the recording ran {self.meta.epochs_text()} epochs; there is nothing to replay")
         cp = self.checkpoints
         restorable = {e for e in range(epochs) if cp.restorable(e)}
-        within = select(epochs, self.settings.epoch_range) if self.settings.epoch_range else None
-        if within is not None and len(within) == 0:
-            raise ReplayError(f"--flor_epochs {self.settings.epoch_range[0]}:{self.settings.epoch_range[1] or ''} "
+        epoch_range = self.settings.epoch_range
+        within = select(epochs, epoch_range) if epoch_range else None
+        if epoch_range and within is not None and len(within) == 0:
+            raise ReplayError(f"--flor_epochs {epoch_range[0]}:{epoch_range[1] or ''} "
                               f"selects no epoch of the recording's {epochs}: epochs are 0 to {epochs - 1}")
         plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
         while cp.drop_damaged(range(plan.first, plan.stop)):  # what a damaged manifest held is not restorable
@@ -314,6 +316,7 @@ class ReplaySession(Session):
         cp = self.checkpoints
         restored = None
         if action == "restore":
+            assert manifest is not None and cache is not None  # step_into fetched both to restore
             objs = cp.restore(manifest, cache, objs)
             restored = manifest.get("watch", {})  # set as recorded: the block's variables outside end()
         elif manifest is None:
@@ -367,7 +370,8 @@ class ReplaySession(Session):
             print(f"flor: FL331 could not write TensorBoard events: {exc}", file=sys.stderr)
         s = self.summary
         if not s.header:
-            s.header = f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker {self.pid}/{self.ngpus}"
+            s.header = (f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, "
+                        f"worker {self.pid}/{self.ngpus}")
         s.check_logs(recorded, mine, key=record_key, same=same_value, code_changed=self.checkpoints.code_changed)
         s.notes = self.notes
         s.lenient = self.settings.lenient
@@ -378,7 +382,8 @@ class ReplaySession(Session):
                 "replay": self.replay_id, "run": self.run, "worker": self.pid, "ngpus": self.ngpus,
                 "segment": [self.plan.segment.start, self.plan.segment.stop] if self.plan else None,
                 "init": [self.plan.init.start, self.plan.init.stop] if self.plan else None,
-                "exit": self.exit_error, "io": self.checkpoints.io, "outer_restored": self.outer_restored, **s.to_json(),
+                "exit": self.exit_error, "io": self.checkpoints.io, "outer_restored": self.outer_restored,
+                **s.to_json(),
                 "lenient": self.settings.lenient, "script_sha256": script_sha256(),  # the script the values came from
             }, indent=1, default=str).encode(), durable=False)
         except (OSError, StorageError) as exc:

@@ -43,13 +43,14 @@ class Restorer:
     def check_recorded(self, name: str, epoch: int | None, occ: int) -> None:
         """A ReplayError when the script's block ``name`` (its ``occ``-th at ``epoch``) is not one the
         recording ran there: the script's blocks no longer match."""
+        recorded: list[list] | None
         if epoch is None:
             recorded = self.meta.outside_blocks
             finished = self.meta.status == "finished"
         else:
             recorded = self.meta.epoch_blocks.get(str(epoch))
             finished = recorded is not None
-        if finished and [name, occ] not in recorded:
+        if finished and recorded is not None and [name, occ] not in recorded:
             where = "outside the loop" if epoch is None else f"at epoch {epoch}"
             names = sorted({n for n, _ in recorded}) or "none"
             raise ReplayError(
@@ -60,7 +61,9 @@ class Restorer:
 
     def restorable(self, epoch: int) -> bool:
         blocks = self.meta.epoch_blocks.get(str(epoch))
-        return bool(blocks) and all((name, epoch, occ) in self.available for name, occ in blocks)
+        if not blocks:
+            return False
+        return all((name, epoch, occ) in self.available for name, occ in blocks)
 
     def drop_damaged(self, epochs: range) -> bool:
         """Read the manifests of ``epochs`` before the plan relies on them; a damaged one (its
@@ -87,7 +90,8 @@ class Restorer:
                         self.available.discard(key)
                         self.note("FL316", f"block {name!r} adds to the gradients its previous run left (run.json: "
                                   f"grads_carried) and its checkpoint at epoch {epoch} holds none (taken before flor "
-                                  "noticed, or its gradients could not be stored): replay re-executes that epoch from the nearest earlier checkpoint")
+                                  "noticed, or its gradients could not be stored): replay re-executes that epoch "
+                                  "from the nearest earlier checkpoint")
                         dropped = True
                         continue
                     self._sound.add(key)
@@ -262,7 +266,7 @@ class Restorer:
         index, _, rest = path[1:].partition("]")
         try:
             node = manifest["objects"]["v"][int(index)]
-            cls = node.get("cls", node.get("t", "")) if isinstance(node, dict) else type(node).__name__
+            cls: Any = node.get("cls", node.get("t", "")) if isinstance(node, dict) else type(node).__name__
         except (ValueError, IndexError, KeyError, TypeError):
             return path
         return f"end() argument {index} ({cls.rsplit('.', 1)[-1]}){rest}"

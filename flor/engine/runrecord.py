@@ -28,7 +28,8 @@ class RunRecord:
     (``write_failed``). Reentrant: a signal handler may write while the training thread holds it,
     and the writer thread notes its timings and failures here too."""
 
-    def __init__(self, store: ExperimentStore, meta: RunMeta, write_failed: Callable[[str, BaseException], None]) -> None:
+    def __init__(self, store: ExperimentStore, meta: RunMeta,
+                 write_failed: Callable[[str, BaseException], None]) -> None:
         self.store, self.meta, self.write_failed = store, meta, write_failed
         self.lock = threading.RLock()
         self.written: tuple[str, int] | None = None  # (status, epochs_done) of the last run.json written
@@ -83,7 +84,8 @@ class RunRecord:
         """Checkpoints that failed, not counting blocks the script's own exception left open."""
         return sum(1 for f in self.meta.checkpoint_failures if not str(f.get("error", "")).startswith(LEFT_OPEN))
 
-    def finish(self, exit_error: str | None, terminated_by: str | None, ended: tuple[str, int, str | None] | None) -> None:
+    def finish(self, exit_error: str | None, terminated_by: str | None,
+               ended: tuple[str, int, str | None] | None) -> None:
         """The run's final status: finished, interrupted, terminated (by ``terminated_by``), crashed,
         or what ``sys.exit(n)`` said (``ended``: status, exit code, message)."""
         meta = self.meta

@@ -35,7 +35,8 @@ def compare_script(meta: RunMeta, run_dir: Path, note: Callable[[str, str], None
                  "differs: damaged, or cut short by a full disk); the script's changes since the recording are not "
                  "checked")
             data = None
-        if data is not None and non_logging_changes(data.decode("utf-8", "replace"), current.read_text(errors="replace")):
+        if data is not None and non_logging_changes(data.decode("utf-8", "replace"),
+                                                    current.read_text(errors="replace")):
             changed = True
             note("FL309", "the script changed by more than logging since the recording "
                  f"(compare with {copy}); replayed values may differ from the recording")

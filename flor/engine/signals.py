@@ -82,7 +82,7 @@ def install(session: Any) -> None:
         previous = signal.getsignal(interrupt) if interrupt is not None else None
     except (OSError, ValueError):
         previous = None
-    if callable(previous):  # Python's KeyboardInterrupt, or the script's own handler
+    if interrupt is not None and callable(previous):  # Python's KeyboardInterrupt, or the script's own handler
         try:
             signal.signal(interrupt, _Interrupt(session, interrupt, previous))
         except (OSError, ValueError):
@@ -90,7 +90,11 @@ def install(session: Any) -> None:
     if handlers:
         # registered before the session's own close, so it runs after it (atexit is LIFO):
         # a signal that came during the exit flush is handed over once the flush is done
-        atexit.register(lambda: [h.after_close() for h in handlers])
+        def after_close() -> None:
+            for h in handlers:
+                h.after_close()
+
+        atexit.register(after_close)
 
 
 class _Handler:

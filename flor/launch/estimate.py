@@ -30,7 +30,7 @@ import ast
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from .._files import lines, read_lines
 from ..errors import FlorError
@@ -63,7 +63,7 @@ def cpu_share(threads: float, busy: float) -> float:
     return max(1.0, (threads + busy) / cores())
 
 
-def probed_blocks(script: Path | None) -> set[str] | bool:
+def probed_blocks(script: Path | None) -> set[str] | Literal[True]:
     """Names of the blocks ``script`` probes (``step_into(NAME, probed=...)`` with anything
     but a literal False); True when a probed block's name is not a literal; empty when the
     script cannot be read."""
@@ -75,7 +75,7 @@ def probed_blocks(script: Path | None) -> set[str] | bool:
         return set()
     out: set[str] = set()
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "step_into"):
+        if not isinstance(node, ast.Call) or getattr(node.func, "attr", getattr(node.func, "id", None)) != "step_into":
             continue
         probed = next((k.value for k in node.keywords if k.arg == "probed"), None)
         if probed is None and len(node.args) > 1:
@@ -172,7 +172,7 @@ class ReplayEstimate:
     by_count: dict[int, float]
     startup_s: float
     startup_from: str
-    probed: set[str] | bool
+    probed: set[str] | Literal[True]
     slowdown: float
     threads: int
     busy: float = 0.0  # the load of other processes when estimated

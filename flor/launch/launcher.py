@@ -1,9 +1,9 @@
 """``flor replay``: parallel replay on this machine, its plan, and merged reports.
 
 ``flor replay NAME -- python train.py ARGS`` plans the segments (``flor.plan``), starts one
-worker per segment (through an executor: ``local`` processes, or ``ray`` tasks) with ``FLOR_NAME``, ``FLOR_REPLAY=PID/N``, a shared
-``FLOR_REPLAY_ID`` and the recorded run pinned (``FLOR_RUN``), streams each worker's output
-with a ``[wN]`` prefix, shows one progress bar (epochs done of all, ETA) read from the
+worker per segment (through an executor: ``local`` processes, or ``ray`` tasks) with ``FLOR_NAME``,
+``FLOR_REPLAY=PID/N``, a shared ``FLOR_REPLAY_ID`` and the recorded run pinned (``FLOR_RUN``),
+streams each worker's output with a ``[wN]`` prefix, shows one progress bar (epochs done of all, ETA) read from the
 workers' epoch marks (``replay-<id>-<N>.marks.jsonl``, never from the script's output), and
 ends with one verification summary merged from the workers' ``*.summary.json``.
 
@@ -81,7 +81,7 @@ def detect_gpus(spec: str, env: dict[str, str] | None = None) -> list[str]:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
+    return [str(i) for i, line in enumerate(row for row in out.splitlines() if row.startswith("GPU "))]
 
 
 def _script_of(command: Sequence[str]) -> Path | None:
@@ -153,10 +153,11 @@ class Launch:
         self.script = _script_of(command)
         n_epochs = self.meta.epochs
         if n_epochs == 0:
-            raise ConfigError(f"run {run} of {store.name} recorded no finished epoch (status {self.meta.status_text()}): "
+            raise ConfigError(f"run {run} of {store.name} recorded no finished epoch "
+                              f"(status {self.meta.status_text()}): "
                               f"there is nothing to replay; `flor show {store.name} {run}` shows what it recorded")
         self.within = select(n_epochs, epoch_range) if epoch_range else None
-        if self.within is not None and len(self.within) == 0:
+        if epoch_range and self.within is not None and len(self.within) == 0:
             raise ConfigError(f"--epochs {epoch_range[0]}:{epoch_range[1] if epoch_range[1] is not None else ''} "
                               f"selects no epoch of run {run}, which has epochs 0 to {n_epochs - 1}")
         selected = len(self.within) if self.within is not None else n_epochs
@@ -168,9 +169,9 @@ class Launch:
         with _locked(self.layout.logs):  # two launches of one command: the second sees the first's claim
             earlier = None if fresh else self._resumable()
             if earlier is not None:  # claimed before it runs, or both would run the same segments
-                self.store.write_json(self.store.run_key(run, "logs", self.layout.launch_record(earlier["replay"]).name),
-                                      {**earlier, "status": "running", "pid": os.getpid(),
-                                       "host": socket.gethostname()}, durable=False)
+                key = self.store.run_key(run, "logs", self.layout.launch_record(earlier["replay"]).name)
+                self.store.write_json(key, {**earlier, "status": "running", "pid": os.getpid(),
+                                            "host": socket.gethostname()}, durable=False)
         if earlier is not None:  # resuming: the same segments as before
             workers = int(earlier["workers"])
         elif not workers:
@@ -180,7 +181,8 @@ class Launch:
         self.estimate: ReplayEstimate = estimate_replay(
             store, run, self.meta, workers=self.workers, script=self.script, within=self.within, strong=strong,
             threads=threads, gpus=gpus)
-        self.replay_id, self.resumed = (str(earlier["replay"]), True) if earlier is not None else (new_replay_id(), False)
+        self.replay_id, self.resumed = ((str(earlier["replay"]), True) if earlier is not None
+                                        else (new_replay_id(), False))
         self.states = [WorkerState(w, self.estimate.plans[w]) for w in range(self.workers)]
         self._lock = threading.Lock()  # the output threads and the progress bar share the streams
         self._bar: Any = None  # tqdm's bar while the workers run
@@ -239,14 +241,15 @@ class Launch:
             "segments": [{
                 "worker": s.index, "segment": [s.plan.segment.start, s.plan.segment.stop],
                 "init": [s.plan.init.start, s.plan.init.stop], "skipped": s.skipped, "rc": s.rc,
-                "startup_s": round(s.fixed_s(), 3) if s.fixed_s() is not None else None,
+                "startup_s": round(fixed, 3) if (fixed := s.fixed_s()) is not None else None,
                 "seconds": round(s.exited - s.spawned, 3) if s.exited and s.spawned else None,
                 "estimate_s": round(self.estimate.seconds[s.index], 3),
             } for s in self.states],
             "summary": summary,
             **({"error": error} if error else {}),
         }
-        self.store.write_json(self.store.run_key(self.run, "logs", self.layout.launch_record(self.replay_id).name), rec, durable=False)
+        self.store.write_json(self.store.run_key(self.run, "logs", self.layout.launch_record(self.replay_id).name), rec,
+                              durable=False)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -342,7 +345,8 @@ class Launch:
                 s.skipped = True
             else:
                 pending.append(s)
-        what = f"epochs {span(self.within)}" if self.within is not None else f"all {self.estimate.plans[0].epochs} epochs"
+        what = (f"epochs {span(self.within)}" if self.within is not None
+                else f"all {self.estimate.plans[0].epochs} epochs")
         tail = f", resuming: {len(pending)} of {self.workers} segments left" if self.resumed else ""
         tail += f"; estimated {clock(self.estimate.total_s)}"
         if self.done_before and not pending:
@@ -370,12 +374,12 @@ class Launch:
         total = sum(len(s.plan.segment) for s in self.states)
         self._bar = progress(total, f"replay {self.replay_id}", stream=self.err, unit="epoch",
                              bar_format="{desc}: |{bar}| {n_fmt}/{total_fmt} epochs{postfix}")  # ETA: ours
-        pumps = []
+        pumps: list[threading.Thread] = []
         for s in pending:
             s.spawned = time.time()
             try:
                 s.handle = executor.start(s.index, self.command, self.env(s.index), threads=self.estimate.threads)
-            except Exception as exc:  # noqa: BLE001 - whatever the executor raised, the record must not stay "running"
+            except Exception as exc:  # whatever the executor raised, the record must not stay "running"
                 raise abort_launches([self], pending, pumps, start_error(s, exc)) from exc
             pumps.append(threading.Thread(target=self._pump, args=(s,), daemon=True, name=f"flor-w{s.index}"))
             pumps[-1].start()
@@ -386,7 +390,8 @@ class Launch:
                 self.show_progress()
         except KeyboardInterrupt:
             stop_workers(pending)
-            self._emit(self.err, "\nflor: interrupted; run the same command again to replay only the missing segments\n")
+            self._emit(self.err,
+                       "\nflor: interrupted; run the same command again to replay only the missing segments\n")
         for t in pumps:  # the workers' last lines; a grandchild holding the pipe open is not waited for
             t.join(timeout=2.0)
         return self.conclude(pending)
@@ -435,6 +440,7 @@ class Launch:
     def _placement_notes(self) -> list[str]:
         notes = []
         t, n = self.estimate.threads, self.workers
+        assert n is not None  # the worker count __init__ settled on
         if self.asked and self.asked > n:
             notes.append(f"--workers {self.asked}: {n} epoch(s) to replay, so {n} worker(s)")
         if not self.gpus and n * t > cores():
@@ -453,20 +459,20 @@ def stop_workers(states: Sequence[WorkerState], grace_s: float = STOP_GRACE_S) -
     that cannot go on). One that has not ended after ``grace_s`` seconds, or when Ctrl-C comes
     again meanwhile, is stopped at once (a stuck worker, one that ignores SIGTERM): the
     launcher never waits on it for ever."""
-    running = [s for s in states if s.handle is not None and s.rc is None]
-    for s in running:
-        s.handle.stop()
+    running = [(s, s.handle) for s in states if s.handle is not None and s.rc is None]
+    for _, handle in running:
+        handle.stop()
     deadline = time.monotonic() + grace_s
     try:
-        while time.monotonic() < deadline and any(s.handle.poll() is None for s in running):
+        while time.monotonic() < deadline and any(handle.poll() is None for _, handle in running):
             time.sleep(0.1)
     except KeyboardInterrupt:
         pass  # asked again: no more waiting
-    for s in running:
-        if s.handle.poll() is None:
-            s.handle.stop()  # the second time: at once
-    for s in running:
-        s.rc, s.exited = s.handle.wait(), time.time()
+    for _, handle in running:
+        if handle.poll() is None:
+            handle.stop()  # the second time: at once
+    for s, handle in running:
+        s.rc, s.exited = handle.wait(), time.time()
 
 
 def start_error(s: WorkerState, exc: BaseException) -> str:
@@ -475,7 +481,7 @@ def start_error(s: WorkerState, exc: BaseException) -> str:
     return f"worker {s.index} (epochs {span(s.plan.segment)}) could not start: {' '.join(why.split())}"
 
 
-def abort_launches(launches: Sequence["Launch"], states: Sequence[WorkerState], pumps: Sequence[threading.Thread],
+def abort_launches(launches: Sequence[Launch], states: Sequence[WorkerState], pumps: Sequence[threading.Thread],
                    reason: str) -> FlorError:
     """End launches whose next worker could not start (the command removed or no longer executable
     since the check, a process limit, an executor's failure): stop the workers already started

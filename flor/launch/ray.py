@@ -18,6 +18,7 @@ Needs Ray (``pip install ray``, or ``pip install -e '.[ray]'`` in flor's checkou
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import threading
@@ -41,7 +42,7 @@ def _run_worker(command: list[str], env: dict[str, str], cwd: str, gpus: int) ->
 
     proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None  # piped above
-    for line in read_lines(proc.stdout):  # not `yield from`: Ray's generator protocol would reach send()
+    for line in read_lines(proc.stdout):  # noqa: UP028 - not `yield from`: Ray's generator protocol would reach send()
         yield line
     yield proc.wait()
 
@@ -103,7 +104,7 @@ class RayExecutor:
                               " (or pip install -e '.[ray]' in flor's checkout)") from exc
         if not ray.is_initialized():
             ray.init(address=self.address, include_dashboard=False, log_to_driver=True,
-                     logging_level="ERROR", configure_logging=True)
+                     logging_level=logging.ERROR, configure_logging=True)
         self.gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
 
     def start(self, index: int, command: Sequence[str], env: Mapping[str, str], *, threads: int) -> Worker:

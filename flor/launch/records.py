@@ -107,7 +107,8 @@ def _read(path: Path, problem: Any, what: str) -> dict | None:
         if path in _WARNED:  # read again (the estimate, then the launch): said once
             return None
         _WARNED.add(path)
-        warn("FL502", f"skipped {what} {path}: {why}; the file is damaged or planted, move it out of the run's logs/ folder")
+        warn("FL502", f"skipped {what} {path}: {why}; the file is damaged or planted, "
+                      "move it out of the run's logs/ folder")
         return None
     return obj
 

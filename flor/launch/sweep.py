@@ -168,6 +168,7 @@ def print_dry_run(store: ExperimentStore, plan: list[SweepRun], script: str, out
         if sr.skipped:
             out.write(f"run {sr.run} ({hp}): SKIPPED: {sr.skipped}\n")
             continue
+        assert sr.script_sha is not None  # plan_sweep gives one to every run it does not skip
         out.write(f"run {sr.run} ({hp}): {sr.version} (sha256 {sr.script_sha[:12]})\n")
         if sr.transplanted is not None and sr.recorded is not None:
             patch = unified_patch(sr.recorded, sr.transplanted, Path(script).name)
@@ -255,7 +256,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
                 s.spawned = time.time()
                 try:
                     s.handle = executor.start(s.index, launch.command, env, threads=launch.estimate.threads)
-                except Exception as exc:  # noqa: BLE001 - no launch record may stay "running"
+                except Exception as exc:  # no launch record may stay "running"
                     raise abort_launches([L for _, L in launches], [x for _, x, _ in started], pumps,
                                          f"run {launch.run}: {start_error(s, exc)}") from exc
                 started.append((launch, s, slot))
@@ -287,7 +288,9 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
 
 def _conclude(store: ExperimentStore, plan: list[SweepRun], launches: list[tuple[SweepRun, Launch]],
               out: TextIO, err: TextIO) -> int:
-    rows, codes, names = [], [], []
+    rows: list[dict[str, Any]] = []
+    codes: list[int] = []
+    names: list[str] = []
     results: dict[str, tuple[str, Launch, dict]] = {}
     for sr, launch in launches:
         mine = [s for s in launch.states if not s.skipped]  # started or not: a sweep interrupted leaves some queued

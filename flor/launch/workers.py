@@ -53,7 +53,7 @@ class WorkerState:
     def fixed_s(self) -> float | None:
         """What the worker spent outside its epochs: start-up (interpreter, imports, the script up
         to its loop) and wind-down (summary, exit); the ``startup_s`` of ``flor replay --plan``."""
-        if None in (self.first_epoch, self.loop_end, self.exited) or not self.spawned:
+        if self.first_epoch is None or self.loop_end is None or self.exited is None or not self.spawned:
             return None
         return (self.exited - self.spawned) - (self.loop_end - self.first_epoch)
 

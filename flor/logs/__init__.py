@@ -24,8 +24,8 @@ from .._files import StoreFileError, lines, open_append, read_lines
 from ..errors import warn
 
 __all__ = [
-    "AS_IS", "LogWriter", "FIELDS", "NOT_SCALAR", "merge_newest", "occurrence_keys", "parse_record", "read_jsonl", "record_key",
-    "same_value", "step_key", "to_scalar", "to_step",
+    "AS_IS", "LogWriter", "FIELDS", "NOT_SCALAR", "merge_newest", "occurrence_keys", "parse_record", "read_jsonl",
+    "record_key", "same_value", "step_key", "to_scalar", "to_step",
 ]
 
 #: the columns of a log record as the readers return it
@@ -128,7 +128,8 @@ def json_line(name: str, value: Any, epoch: int | None, step: int | None, block:
     scalars), ~40% faster: at every epoch's end, on the training thread.
 
     >>> rec = {"name": "loss", "value": float("nan"), "epoch": 0, "step": None, "block": "t\u00e9", "t": 1.5}
-    >>> json_line(*rec.values()) == json.dumps(rec), json_line(*rec.values(), "after") == json.dumps({**rec, "loop": "after"})
+    >>> (json_line(*rec.values()) == json.dumps(rec),
+    ...  json_line(*rec.values(), "after") == json.dumps({**rec, "loop": "after"}))
     (True, True)
     """
     line = (f'{{"name": {_text(name)}, "value": {_text(value)}, "epoch": {_text(epoch)}, "step": {_text(step)}, '

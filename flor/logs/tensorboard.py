@@ -296,8 +296,9 @@ def write_replay_events(folder: Path, worker: int, mine: list[dict],
                         recorded: list[dict], epochs: int) -> int:
     """Write one replay worker's values that the recording lacks or that differ from it.
 
-    ``folder`` is the replay's ``tb/replay-<id>/`` (``RunLayout.tb_replay``). ``mine`` and ``recorded`` are records as ``flor.logs.read_run_logs`` returns them (with
-    their occurrence number ``k``). Returns the number of scalars written.
+    ``folder`` is the replay's ``tb/replay-<id>/`` (``RunLayout.tb_replay``). ``mine`` and ``recorded`` are
+    records as ``flor.logs.read_run_logs`` returns them (with their occurrence number ``k``). Returns the
+    number of scalars written.
     """
     baseline = {record_key(r): r.get("value") for r in recorded}
     # a value the recording has, of the same type, is already in tb/record/

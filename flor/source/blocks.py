@@ -143,7 +143,8 @@ _MID_RUN = ("a replay worker that starts mid-run (--replay_flor PID/N, flor repl
 _WRAPPERS = {
     "enumerate": _MID_RUN + "enumerate() counts from 0 at that worker's first epoch, not at the recording's epoch 0",
     "zip": _MID_RUN + "zip() pairs that worker's first epoch with the first item of the other iterables",
-    "zip_longest": _MID_RUN + "zip_longest() pairs that worker's first epoch with the first item of the other iterables",
+    "zip_longest": _MID_RUN
+    + "zip_longest() pairs that worker's first epoch with the first item of the other iterables",
     "map": _MID_RUN + "map() pairs that worker's first epoch with the first item of the other iterables",
     "islice": "islice() stops pulling from flor.it after its last item, so flor never sees the last epoch end: the "
               "recording does not count it, and a replay leaves it out",
@@ -175,7 +176,8 @@ def wrapper_at(tree: ast.Module, line: int) -> str | None:
                 or not node.lineno <= line <= (node.end_lineno or node.lineno):
             continue
         for arg in node.args:
-            if isinstance(arg, ast.Call) and _called(arg) == "it" and arg.lineno <= line <= (arg.end_lineno or arg.lineno):
+            if (isinstance(arg, ast.Call) and _called(arg) == "it"
+                    and arg.lineno <= line <= (arg.end_lineno or arg.lineno)):
                 name = _called(node)
                 return None if name == "map" and len(node.args) < 3 else name
     return None
@@ -185,7 +187,9 @@ def loop_wrapper(frame: FrameType | None) -> str | None:
     """``wrapper_at`` the line of ``frame`` that calls ``flor.it``, read from the script's source
     (``for i, epoch in enumerate(flor.it(range(9)))``). Never raises."""
     try:
-        tree = _tree(frame) if frame is not None else None
+        if frame is None:
+            return None
+        tree = _tree(frame)
         return wrapper_at(tree, frame.f_lineno) if tree is not None else None
     except Exception:  # noqa: BLE001 - advice only
         return None

@@ -29,7 +29,7 @@ patch (``flor replay --dry-run``) shows only added lines and flag edits.
 Traceback (most recent call last):
 ...
 flor.source.transplant.TransplantError: cannot place `flor.log('x', x)` (line 4 of today's script): its anchor `x = train2(e)` is not in the older script
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
@@ -131,7 +131,9 @@ def _logging_stmt(stmt: ast.stmt, drop: set[str], old_names: set[str]) -> bool:
         return is_logging_call(stmt.value)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         names = assigned(stmt)
-        return bool(names) and names <= drop and not names & old_names
+        if not names:
+            return False
+        return names <= drop and not names & old_names
     if isinstance(stmt, ast.If):
         return all(_logging_stmt(s, drop, old_names) for s in stmt.body + stmt.orelse)
     return False
@@ -183,7 +185,8 @@ class _Placer:
 
     # -- matching ----------------------------------------------------------------------
 
-    def _find(self, stmt: ast.stmt, block: list[ast.stmt], *, occurrence: tuple[int, int] | None = None) -> list[ast.stmt]:
+    def _find(self, stmt: ast.stmt, block: list[ast.stmt], *,
+              occurrence: tuple[int, int] | None = None) -> list[ast.stmt]:
         key = _key(stmt)
         found = [s for s in block if _key(s) == key]
         if occurrence is not None and len(found) == occurrence[1]:  # the k-th of as many: the same one
@@ -282,7 +285,8 @@ class _Placer:
                                           "script: its probed= argument spans lines")
                 lines[i] = lines[i][:a] + "probed=True" + lines[i][b:]
             else:
-                last = max([*call.args, *call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset))
+                args: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
+                last = max(args, key=lambda n: (n.end_lineno, n.end_col_offset))
                 i, b = (last.end_lineno or last.lineno) - 1, last.end_col_offset or 0
                 lines[i] = lines[i][:b] + ", probed=True" + lines[i][b:]  # right after the last argument
         for ins in sorted(self.inserts, key=lambda x: (x.line, x.order), reverse=True):

@@ -84,10 +84,10 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         return all(_flatten(x, sig, vals, tensors, depth + 1, direct) for x in obj)
     if t is dict or t is OrderedDict:
         if t is dict and obj and type(next(iter(obj))) is int:
-            plain = _epoch_dict(obj)
-            if plain is not None:  # its keys and its values one value each: a dict that grows keeps the template
+            keys_values = _epoch_dict(obj)
+            if keys_values is not None:  # its keys and its values one value each: a dict that grows keeps the template
                 sig.append((t, _PLAIN_LIST))
-                vals.extend(plain)
+                vals.extend(keys_values)
                 return True
         keys = tuple(obj)
         types = tuple(map(type, keys))
@@ -290,7 +290,7 @@ def _overridden(obj: Any) -> bool:
     return own is None or "state_dict" in own or "_save_to_state_dict" in own
 
 
-def _plain_module(t: type) -> bool:
+def _plain_module(t: type[torch.nn.Module]) -> bool:
     """Whether a module class keeps torch's own ``state_dict`` (and what it calls per module)."""
     plain = _PLAIN_MODULES.get(t)
     if plain is None:
@@ -404,9 +404,7 @@ def _optimizer(opt: Any, sig: list, vals: list, tensors: list, depth: int, direc
             return False
     sig.append((list, len(groups)))
     for group in groups:
-        names = [k for k in group if k != "params"]
-        names.append("params")
-        names = tuple(names)
+        names = (*(k for k in group if k != "params"), "params")
         types = tuple(map(type, names))
         if not _PRIMITIVE_SET.issuperset(types):
             return False
@@ -685,7 +683,7 @@ class TreeCache:
             nodes: list[dict] = []
             return _build(template, iter(vals), nodes), nodes
 
-        return Pending(tree=None, tensors=dsts.pairs(), build=build, ready=ready,  # type: ignore[misc]
+        return Pending(tree=None, tensors=dsts.pairs(), build=build, ready=ready,
                        on_release=lambda: self._give(dsts, sig), buffer_set=dsts,
                        render=lambda light: self._render(template, vals, light), copy_s=copy_s, encoded="fast")
 
@@ -798,7 +796,7 @@ class _BufferSet(list):
             self._nbytes = sum(t.numel() * t.element_size() for t in self)
         return self._nbytes
 
-    def pairs(self) -> list[tuple[None, torch.Tensor]]:
+    def pairs(self) -> list[tuple[Any, torch.Tensor]]:
         """``Pending.tensors`` of a snapshot into this set (node None: built on the writer),
         made once; a Pending replaces its list, never changes it."""
         if self._pairs is None:

@@ -11,7 +11,7 @@ import hashlib
 import random
 from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -153,7 +153,7 @@ def decode(node: Any, load: Loader, *, to_device: bool = False, path: str = "",
         return _decode(node, load, to_device, path, pickles)
     except FlorError:
         raise
-    except Exception as exc:  # noqa: BLE001 - data from a store: whatever it makes fail is named
+    except Exception as exc:  # data from a store: whatever it makes fail is named
         raise StateError(f"cannot decode {path or 'a value'} ({type(exc).__name__}: {exc}); the checkpoint is "
                          "damaged, or from another flor") from exc
 
@@ -172,9 +172,9 @@ def _decode(node: Any, load: Loader, to_device: bool, path: str, pickles: Pickle
                   _decode(v, load, to_device, f"{path}.{k}", pickles)) for k, v in zip(node["k"], node["v"]))
         if kind == "defaultdict":
             return defaultdict(DEFAULT_FACTORIES[node.get("factory")], pairs)
-        out = (OrderedDict if kind == "odict" else dict)(pairs)
+        out: Any = (OrderedDict if kind == "odict" else dict)(pairs)
         if "meta" in node:
-            out._metadata = _decode(node["meta"], load, False, path, pickles)  # type: ignore[attr-defined]
+            out._metadata = _decode(node["meta"], load, False, path, pickles)
         return out
     if kind == "tensor":
         return _decode_tensor(node, load, to_device=to_device, path=path)
@@ -200,7 +200,8 @@ def _decode(node: Any, load: Loader, to_device: bool, path: str, pickles: Pickle
     if kind == "npdtype":
         return _np_dtype(node["v"], path)
     if kind == "namedtuple":
-        cls = find_class(node["cls"], live, lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), path)
+        cls = cast("type[tuple]", find_class(node["cls"], live,
+                                             lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), path))
         old = live if isinstance(live, tuple) else ()
         items = [_restore(old[i] if i < len(old) else None, n, load, f"{path}.{k}", pickles)
                  for i, (k, n) in enumerate(zip(node["k"], node["v"]))]
@@ -326,8 +327,8 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             return live
         if kind in ("dict", "odict"):
             keys = [_decode(k, load, False, f"{path}.<key>", pickles) for k in node["k"]]
-            old = live if isinstance(live, dict) else {}
-            values = [_restore(old.get(k), n, load, f"{path}.{k}", pickles) for k, n in zip(keys, node["v"])]
+            old_map = live if isinstance(live, dict) else {}
+            values = [_restore(old_map.get(k), n, load, f"{path}.{k}", pickles) for k, n in zip(keys, node["v"])]
             if isinstance(live, dict):
                 live.clear()
                 live.update(zip(keys, values))
@@ -346,9 +347,9 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             target.setstate(_as_tuple(_decode(node["v"], load, False, path, pickles)))
             return target
         if kind == "nprandomstate":
-            target = live if isinstance(live, np.random.RandomState) else np.random.RandomState()
-            target.set_state(_decode(node["v"], load, False, path, pickles))
-            return target
+            np_target = live if isinstance(live, np.random.RandomState) else np.random.RandomState()
+            np_target.set_state(_decode(node["v"], load, False, path, pickles))
+            return np_target
         if kind == "npgenerator" and isinstance(live, np.random.Generator):
             live.bit_generator.state = _decode(node["v"], load, False, path, pickles)
             return live
@@ -356,7 +357,7 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             live.state = _decode(node["v"], load, False, path, pickles)
             return live
         if kind == "dataclass" and live is not None and _qualname(live) == node["cls"] \
-                and dataclasses.is_dataclass(live) and not type(live).__dataclass_params__.frozen:
+                and dataclasses.is_dataclass(live) and not cast(Any, type(live)).__dataclass_params__.frozen:
             return _fill(live, node, load, path, pickles, in_place=True)
         if kind == "object":
             if live is None or not hasattr(live, "__dict__"):
@@ -368,7 +369,7 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
         return _decode(node, load, True, path, pickles, live)
     except FlorError:
         raise
-    except Exception as exc:  # noqa: BLE001 - user objects' load_state_dict, or damaged data: named either way
+    except Exception as exc:  # user objects' load_state_dict, or damaged data: named either way
         raise StateError(
             f"cannot restore {path or 'an object'} ({node.get('cls', kind)}): {type(exc).__name__}: {exc}; was the "
             "object built differently from the recording (architecture, parameter groups)?"
@@ -412,6 +413,7 @@ def _restore_module_tensors(module: torch.nn.Module, node: Any, load: Loader, pa
         else:
             continue
         current = where[attr]
+        assert current is not None  # both branches above found a tensor there
         recorded = _decode_tensor(value, load, to_device=True, path=f"{path}.{name}")
         same = current.shape == recorded.shape and current.dtype == recorded.dtype \
             and current.device == recorded.device

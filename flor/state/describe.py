@@ -52,14 +52,15 @@ def arity_message(name: str, epoch: int | None, recorded: list[Any], given: tupl
     ...             {"t": "stateful", "cls": "torch.optim.lr_scheduler.StepLR"}]
     >>> print(arity_message("train", 0, recorded, (torch.nn.Linear(2, 1), 4)))
     SkipBlock.end('train') was given 2 objects at epoch 0, the recording had 3: position 2 was a torch.optim.lr_scheduler.StepLR (missing now); pass the same objects, in the same order
-    """
+    """  # noqa: E501 - a doctest's expected output is one line
     old = [describe_node(n) for n in recorded]
     new = [describe(o) for o in given]
     where = "" if epoch is None else f" at epoch {epoch}"
-    parts = []
+    parts: list[str] = []
     for tag, i1, i2, j1, j2 in SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
         if tag == "replace" and i2 - i1 == j2 - j1:  # the same count, other types
-            parts.extend(f"position {i} was {article(old[i])}, is {article(new[j])} now" for i, j in zip(range(i1, i2), range(j1, j2)))
+            parts.extend(f"position {i} was {article(old[i])}, is {article(new[j])} now"
+                         for i, j in zip(range(i1, i2), range(j1, j2)))
             continue
         if tag in ("delete", "replace"):
             parts.extend(f"position {i} was {article(old[i])} (missing now)" for i in range(i1, i2))

@@ -148,7 +148,8 @@ class _Encoder:
                 return self.pickled(obj, path)  # objects, a structured or void array: what a reader refuses
             node = {"t": "ndarray", "dtype": obj.dtype.str, "shape": list(obj.shape)}
             if self.tree_only:  # its bytes as the fast walk reads them (None where it does not)
-                self.pending.tensors.append((node, _array_bytes(obj)))
+                # a tree_only Pending is only compared (cache._agrees), never stored: a None tensor is allowed
+                self.pending.tensors.append((node, _array_bytes(obj)))  # type: ignore[arg-type]
                 return node
             data = np.ascontiguousarray(obj).copy()
             if not obj.size:
@@ -209,9 +210,9 @@ class _Encoder:
         if type(obj) in (set, frozenset):
             items = sorted(obj, key=sort_key)
             return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}{{}}") for x in items]}
-        if isinstance(obj, tuple) and isinstance(getattr(type(obj), "_fields", None), tuple):
-            return {"t": "namedtuple", "cls": _qualname(obj), "k": list(type(obj)._fields),
-                    "v": [self.encode(x, f"{path}.{k}") for k, x in zip(type(obj)._fields, obj)]}
+        if isinstance(obj, tuple) and isinstance(fields := getattr(type(obj), "_fields", None), tuple):
+            return {"t": "namedtuple", "cls": _qualname(obj), "k": list(fields),
+                    "v": [self.encode(x, f"{path}.{k}") for k, x in zip(fields, obj)]}
         if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
             if isinstance(obj, torch.nn.Module):
                 frozen, evaluating, aux = _module_parts(obj)

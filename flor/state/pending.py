@@ -34,8 +34,9 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     if t.numel() == 0:
         return memoryview(b"")
     if t.dtype in _NUMPY_DTYPES and not t.requires_grad and t.is_contiguous() and not t.is_conj() and not t.is_neg():
-        return memoryview(t.numpy()).cast("B")
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+        # ndarray.data is memoryview(ndarray); numpy's stubs declare ndarray.__buffer__ for Python 3.12+ only
+        return t.numpy().data.cast("B")
+    return t.reshape(-1).view(torch.uint8).numpy().data
 
 
 def _aligned_empty(nbytes: int) -> torch.Tensor:
@@ -76,7 +77,8 @@ class BufferPool:
 
     def __init__(self) -> None:
         self._free: dict[tuple[int, bool], list[torch.Tensor]] = {}
-        self._pinned: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()  # id -> made pinned
+        # id -> made pinned
+        self._pinned: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
     def take(self, nbytes: int, *, pinned: bool = False) -> torch.Tensor:
@@ -350,7 +352,7 @@ def _joined(chunks: list[memoryview | bytes], size: int, into: memoryview | None
         view = memoryview(chunk).cast("B")
         n = view.nbytes
         src = address(view) if n >= NOGIL_COPY_BYTES and base is not None else None
-        if src is not None:
+        if src is not None and base is not None:
             t0 = time.thread_time()
             ctypes.memmove(base + at, src, n)
             if nogil is not None:

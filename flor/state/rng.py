@@ -45,7 +45,7 @@ def capture_rng(*, raw: bool = False) -> dict:
         packed = array.array("I", words)
         if sys.byteorder == "big":
             packed.byteswap()
-        words = packed.tobytes()  # type: ignore[assignment]
+        words = packed.tobytes()
     state: dict[str, Any] = {
         "python": (version, words, gauss),
         "numpy": (raw and NumpyRaw.capture()) or np.random.get_state(legacy=False),
@@ -91,7 +91,8 @@ def same_rng(a: Any, b: Any) -> bool:
         return False
     a, b = settled(a), settled(b)
     x, y = a["numpy"], b["numpy"]
-    if type(x) is not NumpyRaw or type(y) is not NumpyRaw or (x.state, x.has_gauss, x.gauss) != (y.state, y.has_gauss, y.gauss):
+    if (type(x) is not NumpyRaw or type(y) is not NumpyRaw
+            or (x.state, x.has_gauss, x.gauss) != (y.state, y.has_gauss, y.gauss)):
         return False
     s, t = a["torch"], b["torch"]
     if not (type(s) is torch.Tensor and type(t) is torch.Tensor and s.dtype is torch.uint8 and t.dtype is torch.uint8
@@ -121,7 +122,7 @@ def restore_rng(state: Any) -> None:
         random.setstate(_python_state(state["python"]))
         np.random.set_state(state["numpy"])
         torch.set_rng_state(state["torch"])
-    except Exception as exc:  # noqa: BLE001 - a damaged state is named, whatever the generator raises
+    except Exception as exc:  # a damaged state is named, whatever the generator raises
         raise StateError(f"the recorded random state cannot be set ({type(exc).__name__}: {exc}); the checkpoint "
                          "is damaged") from exc
     if "cuda" in state and torch.cuda.is_available():
@@ -139,8 +140,9 @@ def restore_rng(state: Any) -> None:
         try:  # the devices both see; the recording's others were never drawn from, this process's own
             for device, generator in enumerate(cuda[:count]):  # others it never saw (the script seeded them)
                 torch.cuda.set_rng_state(generator, device)
-        except Exception as exc:  # noqa: BLE001
-            raise StateError(f"the recorded CUDA random state cannot be set ({exc}); the checkpoint is damaged") from exc
+        except Exception as exc:
+            raise StateError(f"the recorded CUDA random state cannot be set ({exc}); "
+                             "the checkpoint is damaged") from exc
 
 
 def cuda_offset(state: Any) -> int | None:
@@ -306,13 +308,14 @@ def _python_raw() -> tuple[int, bytes, Any] | None:
     as an ``int`` right before the 624 words; both offsets are found once, on a private
     instance, and checked there and on the global one against ``getstate``; the view of the
     global instance's memory is made once (``_READERS``)."""
-    inst = random._inst  # type: ignore[attr-defined]
+    inst = random._inst
     reader = _READERS.get("python")
     if reader is None or reader[0] is not inst:
         at = _LAYOUT.get("python", False)
         if at is False:
             at = _LAYOUT["python"] = _python_layout()
-        view = None if at is None or type(inst) is not random.Random else (ctypes.c_char * 2500).from_address(id(inst) + at - 4)
+        view = (None if at is None or type(inst) is not random.Random
+                else (ctypes.c_char * 2500).from_address(id(inst) + at - 4))
         reader = _READERS["python"] = (inst, None, view)
     if reader[2] is None:
         return None
@@ -330,7 +333,7 @@ def _python_words(inst: random.Random, at: int) -> bytes:
 def _python_layout() -> int | None:
     try:
         if platform.python_implementation() != "CPython" or sys.byteorder != "little" \
-                or type(random._inst) is not random.Random:  # type: ignore[attr-defined]
+                or type(random._inst) is not random.Random:
             return None
         probe = random.Random(20261202)
         probe.random()
@@ -343,7 +346,7 @@ def _python_layout() -> int | None:
         def agrees(inst: random.Random) -> bool:
             return _python_words(inst, at) == array.array("I", inst.getstate()[1]).tobytes()
 
-        if agrees(probe) and agrees(random._inst):  # type: ignore[attr-defined]
+        if agrees(probe) and agrees(random._inst):
             return at
     except Exception:  # noqa: BLE001 - any surprise: getstate, as before
         pass

@@ -8,6 +8,6 @@ from .local import LocalBackend
 from .writer import BackgroundWriter
 
 __all__ = [
-    "BackgroundWriter", "Backend", "BlobStore", "ExperimentStore", "LocalBackend", "blob_key", "checkpoint_key", "hash_bytes",
-    "open_backend",
+    "BackgroundWriter", "Backend", "BlobStore", "ExperimentStore", "LocalBackend", "blob_key", "checkpoint_key",
+    "hash_bytes", "open_backend",
 ]

@@ -23,7 +23,8 @@ from .local import TMP_PREFIX, LocalBackend, remove_stale_tmp
 from .runmeta import RunMeta
 
 __all__ = [
-    "ExperimentStore", "blob_hashes", "checkpoint_key", "dir_size", "open_experiment", "parse_checkpoint_key", "pick_run",
+    "ExperimentStore", "blob_hashes", "checkpoint_key", "dir_size", "open_experiment", "parse_checkpoint_key",
+    "pick_run",
 ]
 
 _BLOCK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")

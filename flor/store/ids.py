@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import StorageError
 from .hashing import hash_bytes
+
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10+: annotations only
 
 __all__ = [
     "HASH_HEX_LEN", "bad_key_reason", "check_blob_hash", "check_key", "check_run_id", "contained", "is_blob_hash",
@@ -41,11 +45,11 @@ _CHECKPOINT = re.compile(r"^(outside|0|[1-9][0-9]{0,8})(-[1-9][0-9]{0,5})?\.json
 _REPLAY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-def is_blob_hash(text: object) -> bool:
+def is_blob_hash(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and _HASH.match(text) is not None
 
 
-def is_run_id(text: object) -> bool:
+def is_run_id(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and _RUN.match(text) is not None and ".." not in text
 
 
@@ -69,7 +73,7 @@ def check_blob_hash(digest: object, where: str = "") -> str:
             f"invalid blob hash {digest!r:.80}{' in ' + where if where else ''}: a blob hash is "
             f"{HASH_HEX_LEN} lowercase hex digits; the manifest was damaged or tampered with, so that "
             "checkpoint cannot be used (`flor verify NAME` lists every problem)")
-    return digest  # type: ignore[return-value]
+    return digest
 
 
 def check_run_id(run: object, where: str = "") -> str:
@@ -77,7 +81,7 @@ def check_run_id(run: object, where: str = "") -> str:
         raise StorageError(
             f"invalid run id {run!r:.80}{' in ' + where if where else ''}: a run id is one name of letters, "
             "digits, '.', '_', '+' or '-' (like 20261130T050012.123456-1a2b3c); it is ignored")
-    return run  # type: ignore[return-value]
+    return run
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")  # a regular expression: a per-character loop cost the writer ~15 us a key

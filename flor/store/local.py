@@ -49,7 +49,7 @@ def is_stale_tmp(name: str, age_s: float, alive: Callable[[int], bool]) -> bool:
     return pid != os.getpid() and not alive(pid)
 
 
-def remove_stale_tmp(folders: Iterable[Path], alive: Callable[[int], bool]) -> int:
+def remove_stale_tmp(folders: Iterable[str | Path], alive: Callable[[int], bool]) -> int:
     """Remove the stale temp files in ``folders`` (not below them); return how many bytes."""
     freed, now = 0, time.time()
     for folder in folders:
@@ -198,9 +198,10 @@ class LocalBackend:
                 staged.append((fd, tmp, dest))
                 if not _write_direct(fd, data):
                     _write_all(fd, data)
-            for i, (fd, tmp, dest) in enumerate(staged):  # the barrier: all data on disk ...
-                _datasync(fd)
-                os.close(fd)
+            for i, (open_fd, tmp, dest) in enumerate(staged):  # the barrier: all data on disk ...
+                assert open_fd is not None  # every file is still open here
+                _datasync(open_fd)
+                os.close(open_fd)
                 staged[i] = (None, tmp, dest)
             for i, (_, tmp, dest) in enumerate(staged):
                 os.replace(tmp, dest)
@@ -211,10 +212,10 @@ class LocalBackend:
             raise StorageError(f"cannot write {len(items)} file(s) under {self.root}: {exc}; "
                                "check free space and permissions") from exc
         finally:
-            for fd, tmp, _ in staged:
-                if fd is not None:
+            for left_fd, tmp, _ in staged:
+                if left_fd is not None:
                     try:
-                        os.close(fd)
+                        os.close(left_fd)
                     except OSError:
                         pass
                 if tmp:  # not renamed: a failed batch leaves no partial file taking the space
@@ -232,7 +233,8 @@ class LocalBackend:
         except FileNotFoundError as exc:
             raise StorageError(f"{self.path(key)} is missing from the store") from exc
         except StoreFileError as exc:
-            raise StorageError("refusing " + str(exc.strerror).replace("flor verify NAME", f"flor verify {self.root.name}")) from exc
+            why = str(exc.strerror).replace("flor verify NAME", f"flor verify {self.root.name}")
+            raise StorageError("refusing " + why) from exc
         except OSError as exc:
             raise StorageError(f"cannot read {self.path(key)}: {exc}") from exc
 

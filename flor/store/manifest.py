@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 import math
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import CheckpointError
 from .ids import is_blob_hash, is_block_name
@@ -185,7 +185,7 @@ class _Bad(Exception):
     """A structural problem at a path of the tree; turned into one CheckpointError."""
 
 
-def _fail(path: str, text: str) -> None:
+def _fail(path: str, text: str) -> NoReturn:
     raise _Bad(f"{path or '<root>'}: {text}")
 
 

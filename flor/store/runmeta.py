@@ -171,7 +171,7 @@ class RunMeta:
         return {**self.extra, **out}
 
     @classmethod
-    def from_json(cls, obj: Any, where: str = "run.json") -> "RunMeta":
+    def from_json(cls, obj: Any, where: str = "run.json") -> RunMeta:
         """Check and type a parsed run.json; ``where`` names it in errors. A run.json of an
         earlier format (flor before 0.1.0) is refused, not read with fallbacks.
 

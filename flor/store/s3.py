@@ -28,6 +28,7 @@ Every botocore error is translated into a ``StorageError`` in one place, ``_tran
 from __future__ import annotations
 
 import base64
+import builtins
 import hashlib
 import random
 import re
@@ -182,7 +183,7 @@ class S3Backend:
                 return
             except (EndpointConnectionError, ConnectTimeoutError) as exc:
                 raise self._translate(exc, "check", "") from exc
-            except Exception as exc:  # noqa: BLE001 - sorted by _transient, translated below
+            except Exception as exc:  # sorted by _transient, translated below
                 if attempt == 2 or not _transient(exc):
                     raise self._translate(exc, "check", "") from exc
                 time.sleep(self.backoff_s * (2 ** attempt) * (0.5 + self._rng.random()))
@@ -263,11 +264,11 @@ class S3Backend:
         """Every key that starts with ``rel_prefix``, sorted."""
         return [key for key, _ in self.list_sizes(rel_prefix)]
 
-    def list_sizes(self, rel_prefix: str) -> list[tuple[str, int]]:
+    def list_sizes(self, rel_prefix: str) -> builtins.list[tuple[str, int]]:  # `list` is the method above here
         """``(key, size)`` of every object whose key starts with ``rel_prefix``, sorted."""
 
-        def attempt() -> list[tuple[str, int]]:
-            out = []
+        def attempt() -> builtins.list[tuple[str, int]]:
+            out: builtins.list[tuple[str, int]] = []
             strip = len(self.key(""))
             for page in self.client.get_paginator("list_objects_v2").paginate(
                     Bucket=self.bucket, Prefix=self.key(rel_prefix)):
@@ -276,11 +277,11 @@ class S3Backend:
 
         return self._retry(attempt, "listing", rel_prefix)
 
-    def list_dirs(self, rel_prefix: str) -> list[str]:
+    def list_dirs(self, rel_prefix: str) -> builtins.list[str]:
         """The names of the 'folders' directly under ``rel_prefix`` (which ends with '/')."""
 
-        def attempt() -> list[str]:
-            out = []
+        def attempt() -> builtins.list[str]:
+            out: builtins.list[str] = []
             strip = len(self.key(rel_prefix))
             for page in self.client.get_paginator("list_objects_v2").paginate(
                     Bucket=self.bucket, Prefix=self.key(rel_prefix), Delimiter="/"):
@@ -364,7 +365,7 @@ class S3Backend:
                 return fn()
             except StorageError:
                 raise  # already translated (a look-up inside this operation gave up)
-            except Exception as exc:  # noqa: BLE001 - sorted by _transient, translated below
+            except Exception as exc:  # sorted by _transient, translated below
                 if isinstance(exc, _Mismatch):
                     self.stats.add(verify_failures=1)
                 if attempt == self.op_attempts - 1 or not _transient(exc):

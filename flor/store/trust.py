@@ -90,8 +90,8 @@ def signer(config_dir: Path):
         try:
             key = load_key(config_dir, create=True)
         except (OSError, ConfigError) as exc:  # a recording goes on unsigned: its replay then needs the opt-in
-            warn("FL112", f"cannot sign checkpoints with a key in {config_dir} ({exc}); a replay will load their pickled "
-                 "leaves only with --flor_trust_pickles")
+            warn("FL112", f"cannot sign checkpoints with a key in {config_dir} ({exc}); "
+                 "a replay will load their pickled leaves only with --flor_trust_pickles")
             return None
         assert key is not None  # create=True makes one or raises
         return {"key": key_id(key), "mac": hmac.new(key, data, hashlib.sha256).hexdigest()}

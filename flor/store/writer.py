@@ -109,11 +109,12 @@ class BackgroundWriter:
         with self._cond:
             return not self._abandoned and (self._pending == 0 or self._pending + nbytes <= self.budget)
 
-    def try_submit(self, job: Callable[[], None], nbytes: int, on_error: Callable[[BaseException], None],
+    def try_submit(self, job: Callable[[], object], nbytes: int, on_error: Callable[[BaseException], object],
                    *, label: Hashable = None) -> bool:
         """Queue ``job`` unless the budget is full; never waits. False: refused (not queued).
 
         A job that raises does not stop the worker: ``on_error`` is called with the exception.
+        What either returns is ignored.
         """
         with self._cond:
             if self._abandoned or self._closed:
@@ -126,7 +127,7 @@ class BackgroundWriter:
             self._cond.notify_all()
         return True
 
-    def submit(self, job: Callable[[], None], nbytes: int, on_error: Callable[[BaseException], None],
+    def submit(self, job: Callable[[], object], nbytes: int, on_error: Callable[[BaseException], object],
                *, label: Hashable = None) -> None:
         """Queue a small job (logs, events, housekeeping) whatever the budget; never waits.
 
@@ -211,7 +212,7 @@ class BackgroundWriter:
                 self._running, self._committing = label, False
             try:
                 job()
-            except BaseException as exc:  # a failed write must never reach the training thread
+            except BaseException as exc:  # noqa: BLE001 - a failed write must never reach the training thread
                 try:
                     on_error(exc)
                 except Exception as inner:  # noqa: BLE001 - keep the worker alive whatever happens

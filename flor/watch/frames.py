@@ -218,7 +218,9 @@ def _own_class(kind: type) -> bool:
         if module.split(".")[0] in ("flor", "torch", "numpy"):
             return False
         path = getattr(sys.modules.get(module), "__file__", None)
-        return bool(path) and not os.path.realpath(path).startswith(_library_dirs())
+        if not path:
+            return False
+        return not os.path.realpath(path).startswith(_library_dirs())
     except Exception:  # noqa: BLE001 - an odd class: not the script's own
         return False
 
@@ -245,7 +247,7 @@ def _library_dirs() -> tuple[str, ...]:
 
 def caller_frame() -> FrameType | None:
     """The innermost frame outside flor: the script's code that called ``SkipBlock.end``."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "flor":
         frame = frame.f_back
     return frame

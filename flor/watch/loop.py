@@ -318,8 +318,8 @@ class LoopState:
         try:
             rec = state.loop.get(after)
             if rec is None:
-                say("FL319", after, f"the recording has no outer-loop state for epoch {after} (its write failed, or the "
-                    "file is damaged): "
+                say("FL319", after, f"the recording has no outer-loop state for epoch {after} "
+                    "(its write failed, or the file is damaged): "
                     "variables of the loop outside end() start as the script sets them before the loop; replay "
                     "with --flor_strong if they matter")
                 return [], []

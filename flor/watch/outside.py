@@ -28,7 +28,8 @@ class OutsideChanges:
     back: its values are the recording's training, not a full run's. The recording notes the
     names each block run found changed, with how many in-place operations changed each
     (``"outside"`` in ``logs/state.jsonl``); a replay that finds others, or other counts
-    (a hindsight forward besides the script's own), says so. Reading a counter costs no copy: about 1 µs a tensor at ``end()``.
+    (a hindsight forward besides the script's own), says so. Reading a counter costs no copy:
+    about 1 µs a tensor at ``end()``.
     """
 
     def __init__(self) -> None:
@@ -40,7 +41,7 @@ class OutsideChanges:
         if torch is None:
             return
         try:
-            watched = []
+            watched: list[tuple[str, Any, int]] = []
             for i, obj in enumerate(objs):
                 if isinstance(obj, torch.nn.Module):
                     for part in (obj.named_parameters(), obj.named_buffers()):

@@ -36,8 +36,8 @@ __all__ = ["LEAF_TYPES", "NotPlain", "decode", "encode"]
 _SCALARS = (int, float, str, bool, type(None))
 _CONTAINERS = (str, list, tuple, dict, set, frozenset, collections.deque, collections.Counter,
                collections.OrderedDict, collections.defaultdict)
-_SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
-_MAPPINGS = {dict: "dict", collections.OrderedDict: "odict", collections.Counter: "counter"}
+_SEQUENCES: dict[type, str] = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+_MAPPINGS: dict[type, str] = {dict: "dict", collections.OrderedDict: "odict", collections.Counter: "counter"}
 
 
 def _leaf_types() -> tuple[type, ...]:
@@ -175,13 +175,13 @@ def _decode(node: Any, depth: int) -> Any:
     if kind == "tensor" and type(v) in (int, float, bool) and node.get("shape") == []:
         import torch
 
-        dtype = getattr(torch, str(node.get("dtype")), None)
-        if not isinstance(dtype, torch.dtype):
+        torch_dtype = getattr(torch, str(node.get("dtype")), None)
+        if not isinstance(torch_dtype, torch.dtype):
             raise ValueError(f"unknown torch dtype {node.get('dtype')!r:.40}")
         device = str(node.get("device", "cpu"))
         if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
             device = "cpu"
-        return torch.tensor(v, dtype=dtype, device=device)
+        return torch.tensor(v, dtype=torch_dtype, device=device)
     if kind in LEAF_KINDS:
         return decode_leaf(node, None, "a noted value")
     raise ValueError(f"not an encoded value: {node!r:.60}")

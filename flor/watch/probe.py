@@ -40,7 +40,8 @@ from .frames import frame_variables, given_ids
 __all__ = ["Probe", "Say", "View", "Watch"]
 
 #: ``say(code, subject, text)``: a finding of ``flor.findings.CATALOGUE`` about ``subject``
-Say = Callable[[str, Any, str], None]
+#: (its result, such as whether ``warn_once`` warned, is ignored)
+Say = Callable[[str, Any, str], object]
 
 
 @dataclass

@@ -59,7 +59,7 @@ def forgotten(objs: tuple, variables: Mapping[str, Any]) -> list[tuple[str, str,
     scalers = tuple(c for c in (getattr(torch.amp, "GradScaler", None),
                                 getattr(getattr(torch.cuda, "amp", None), "GradScaler", None)) if c is not None)
     lr = torch.optim.lr_scheduler
-    schedulers = getattr(lr, "LRScheduler", None) or getattr(lr, "_LRScheduler")  # the name before torch 2.0
+    schedulers = getattr(lr, "LRScheduler", None) or lr._LRScheduler  # the name before torch 2.0
     found: dict[int, tuple[str, str, str]] = {}
     for var, value in variables.items():
         if var.startswith("__") or id(value) in passed or id(value) in found or isinstance(value, _PLAIN):

@@ -101,7 +101,8 @@ class BlockVars:
             more = {part: found for part, found in (("globals", globals_), ("attrs", attrs)) if found}
             first = name not in self.noted
             noted = self.noted.setdefault(name, set())
-            lost = [(var, "too big" if var in noted else "state") for var in sorted((noted | initial.keys()) - plain.keys())
+            lost = [(var, "too big" if var in noted else "state")
+                    for var in sorted((noted | initial.keys()) - plain.keys())
                     if var in now and (var in noted or _holds_state(now[var]))]
             if first:  # state bound before the block, rebound by its first run: a copy of the best weights
                 lost += [(var, "state") for var, (ident, _) in sorted(lf.before.items())
@@ -113,7 +114,8 @@ class BlockVars:
                          if ids.get((var, attr)) != id(v) and attr not in plain_attrs.get(var, {})
                          and id(v) not in passed and _holds_state(v)]
             lost = [(var, what) for var, what in lost
-                    if (name, var) not in self.warned and ("." in var or (id(now[var]) not in passed and not _skipped(var)))]
+                    if (name, var) not in self.warned
+                    and ("." in var or (id(now[var]) not in passed and not _skipped(var)))]
             self.warned.update((name, var) for var, _ in lost)
             noted.update(changed)
             return changed, more, lost

@@ -18,7 +18,8 @@ here prints: progress goes to a ``progress`` factory (``flor._fmt.progress``) an
 >>> Spooler(ExperimentStore(home, "demo"), "s3://bucket/flor").spool()   # doctest: +SKIP
 """
 
-from .pull import LazyRemote, RemoteBlobs, attach_spool, find_spooled_run, open_spool, prefetch_plan, pull_run, spooled_runs
+from .pull import (LazyRemote, RemoteBlobs, attach_spool, find_spooled_run, open_spool, prefetch_plan, pull_run,
+                   spooled_runs)
 from .push import BackgroundSpool, Spooler, parallel, spool_files
 
 __all__ = [

@@ -170,7 +170,8 @@ class LazyRemote:
                              f"replay with FLOR_SPOOL={self.url}")
                 return
             if self._fetcher is None:
-                self.say(f"FL407 blobs of this run are not local (evicted?); fetching them from {self.url}, where it was spooled")
+                self.say(f"FL407 blobs of this run are not local (evicted?); fetching them from {self.url}, "
+                         "where it was spooled")
                 self._fetcher = RemoteBlobs(self.store, open_spool(self.url), progress=self.progress)
         self._fetcher.ensure(digests)
 
@@ -234,8 +235,8 @@ def pull_run(store: ExperimentStore, remote: S3Backend, run: str, *, blobs: bool
              f"{' ...' if len(big) > 5 else ''}")
         keys = {k: v for k, v in keys.items() if k not in big}
     if refused:  # planted by someone with write access to the bucket: never written, only reported
-        warn("FL408", f"ignored {len(refused)} key(s) of run {run} in {remote.where(store.name)} that would lead out of "
-             f"the store: {', '.join(refused[:5])}{' ...' if len(refused) > 5 else ''}")
+        warn("FL408", f"ignored {len(refused)} key(s) of run {run} in {remote.where(store.name)} "
+             f"that would lead out of the store: {', '.join(refused[:5])}{' ...' if len(refused) > 5 else ''}")
     run_json = store.run_key(run, "run.json")
     if run_json not in keys:
         raise ReplayError(f"run {run} in {remote.where(store.name)} has no run.json yet (still spooling?); "

@@ -207,7 +207,7 @@ class Spooler:
 
     def _local_blobs(self) -> list[tuple[str, int, float]]:
         """``(digest, size, mtime)`` of every local blob."""
-        out = []
+        out: list[tuple[str, int, float]] = []
         base = self.store.root / "objects"
         if not base.is_dir():
             return out
@@ -359,12 +359,13 @@ class BackgroundSpool:
             finished = False
         name = self.store.name
         if self.error is not None:
-            warn("FL405", f"the run was not spooled ({self.error}); after fixing that, run `flor spool {name} {self.url}`")
+            warn("FL405", f"the run was not spooled ({self.error}); "
+                 f"after fixing that, run `flor spool {name} {self.url}`")
             return False
         spooler = self.spooler
         if not finished or spooler is None:
-            warn("FL405", f"spooling run {self.run} to {self.url} did not finish within {wait:.0f} s (FLOR_SPOOL_WAIT); "
-                 f"what is verified is kept: run `flor spool {name}` to upload the rest")
+            warn("FL405", f"spooling run {self.run} to {self.url} did not finish within {wait:.0f} s "
+                 f"(FLOR_SPOOL_WAIT); what is verified is kept: run `flor spool {name}` to upload the rest")
             return False
         spooler.journal.close()
         if spooler.failures:
