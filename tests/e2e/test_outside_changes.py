@@ -14,11 +14,21 @@ from __future__ import annotations
 
 import json
 
-from helpers import Runner
+import pytest
+
+from helpers import Runner, copy_of
 
 PROBE = {"    # HINDSIGHT": '    with torch.no_grad():\n'
                             '        flor.log("probe", ((net(X) - Y) ** 2).mean().item())'}
 SAID = "changed outside the blocks, unlike the recording: end() object 0: 1.num_batches_tracked"
+
+
+@pytest.fixture(scope="module")
+def forward_recorded(tmp_path_factory) -> Runner:
+    """outside_changes.py recorded with its own forward outside the blocks (--outer-forward)."""
+    r = Runner(tmp_path_factory.mktemp("outer_forward"))
+    r.run(r.script("outside_changes.py"), "--outer-forward", "--flor", "o")
+    return r
 
 
 def _verdict(proc) -> str:
@@ -35,9 +45,8 @@ def test_a_hindsight_forward_in_training_mode_is_named(tmp_path):
     assert "end() object 0: 1.num_batches_tracked" in json.loads(summary.read_text())["outside"]
 
 
-def test_the_scripts_own_forward_is_not_named_but_a_second_one_is(tmp_path):
-    r = Runner(tmp_path)
-    r.run(r.script("outside_changes.py"), "--outer-forward", "--flor", "o")
+def test_the_scripts_own_forward_is_not_named_but_a_second_one_is(forward_recorded, tmp_path):
+    r = copy_of(forward_recorded, tmp_path)
     state = [json.loads(line) for line in next(r.home.glob("o/runs/*/logs/block-state.jsonl")).read_text().splitlines()]
     assert [s["epoch"] for s in state if "outside" in s] == [1, 2, 3]  # what epochs 0-2's code did after end()
     plain = r.run(r.script("outside_changes.py", {"    # HINDSIGHT": '    flor.log("n", 1)'}, dest="plain.py"),
@@ -48,9 +57,8 @@ def test_the_scripts_own_forward_is_not_named_but_a_second_one_is(tmp_path):
     assert SAID in _verdict(probed), probed.stderr  # the script's forward and the hindsight one: twice as many
 
 
-def test_nothing_is_said_for_a_recording_that_did_not_watch(tmp_path):
-    r = Runner(tmp_path)
-    r.run(r.script("outside_changes.py"), "--outer-forward", "--flor", "o")
+def test_nothing_is_said_for_a_recording_that_did_not_watch(forward_recorded, tmp_path):
+    r = copy_of(forward_recorded, tmp_path)
     meta_path = next(r.home.glob("o/runs/*/run.json"))
     meta = json.loads(meta_path.read_text())
     assert meta["outside_watched"] is True
