@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers import (  # noqa: F401  (re-exported: ``from conftest import ...``)
-    HERE, OUTER_LOG, PROBED_LOG, ROOT, SCRIPTS, Runner, Zygote, base_env, make_training, record_and_full_run,
-    train_steps, values,
+    HERE, OUTER_LOG, PROBED_LOG, ROOT, SCRIPTS, Runner, Zygote, base_env, copy_of, make_training,
+    record_and_full_run, train_steps, values,
 )
 
 E2E = HERE / "e2e"

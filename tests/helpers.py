@@ -211,6 +211,19 @@ def reseal_manifest(path: Path, edit: Callable[[dict], None]) -> None:
     path.write_bytes(sealed_bytes(manifest))
 
 
+def copy_of(recorded: Runner, tmp_path: Path) -> Runner:
+    """A runner in ``tmp_path`` with a copy of ``recorded``'s store, its config (the signing key)
+    and its scripts: tests share one recording (a module-scoped fixture), and each replays or
+    damages its own copy, as the store can be moved."""
+    r = Runner(tmp_path)
+    shutil.copytree(recorded.home, r.home, symlinks=True)
+    if (recorded.cwd / "florconfig").is_dir():
+        shutil.copytree(recorded.cwd / "florconfig", r.cwd / "florconfig")
+    for script in recorded.cwd.glob("*.py"):
+        shutil.copy(script, r.cwd / script.name)
+    return r
+
+
 def values(records: list[dict], source: str | None = None) -> dict[tuple, object]:
     """{(name, epoch, step): value} of records (optionally of one source)."""
     out = {}

@@ -9,7 +9,9 @@ epoch and ended "verified exact".
 
 from __future__ import annotations
 
-from helpers import Runner, values
+import pytest
+
+from helpers import Runner, copy_of, values
 
 LOSS = {"    # HINDSIGHT": '    flor.log("loss", loss.item())'}
 OUT = {"    # HINDSIGHT": '    flor.log("out", out.abs().mean().item())'}
@@ -17,9 +19,15 @@ GIVEN = {"    net, opt = flor.SkipBlock.end(net, opt)": "    net, opt, loss = fl
 BOUND = {"# BEFORE LOOP": "loss = None"}
 
 
-def test_the_last_loss_read_after_the_block_is_set_as_recorded(tmp_path):
-    r = Runner(tmp_path)
-    r.run(r.script("last_loss.py"), "--flor", "l")
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """last_loss.py recorded as "l", and what the recording said."""
+    r = Runner(tmp_path_factory.mktemp("last_loss"))
+    return r, r.run(r.script("last_loss.py"), "--flor", "l")
+
+
+def test_the_last_loss_read_after_the_block_is_set_as_recorded(recorded, tmp_path):
+    r = copy_of(recorded[0], tmp_path)
     edited = r.script("last_loss.py", LOSS, dest="logged.py")
     proc = r.run(edited, "--flor", "full")  # a number the block leaves: noted, so nothing to warn about
     assert "is not given `loss`" not in proc.stderr, proc.stderr
@@ -31,9 +39,8 @@ def test_the_last_loss_read_after_the_block_is_set_as_recorded(tmp_path):
     assert got == {k: v for k, v in full.items() if k[1] >= 4} and len(got) == 4, (got, full)
 
 
-def test_a_name_the_block_assigns_that_is_not_plain_data_and_the_loop_reads_after_it_is_named(tmp_path):
-    r = Runner(tmp_path)
-    proc = r.run(r.script("last_loss.py"), "--flor", "l")
+def test_a_name_the_block_assigns_that_is_not_plain_data_and_the_loop_reads_after_it_is_named(recorded, tmp_path):
+    r, proc = copy_of(recorded[0], tmp_path), recorded[1]
     assert "`out`" not in proc.stderr, proc.stderr  # nothing reads it after the block yet
     edited = r.script("last_loss.py", OUT, dest="logged.py")
     proc = r.run(edited, "--flor", "full")  # a recording that reads it is told at once

@@ -7,17 +7,16 @@ and one that did not reported every block diverged ("cuda random state"). Now th
 both see are restored and compared, and a device the worker lacks is no difference as long
 as nothing drew from it (its Philox offset is 0); one that did is named.
 
-CI has no GPU, so the subprocess tests give the real script and the real flor a CUDA view
-through ``sitecustomize`` (``FAKE_CUDA_DEVICES`` devices; the generators of those listed in
-``FAKE_CUDA_DRAWN`` advance with the script's own CPU draws, the others stay at their seed;
-``set_rng_state`` calls are written to ``FAKE_CUDA_LOG``). Everything else, the capture, the
-store, the decode, the restore and the checks, is flor's own code path.
+CI has no GPU, so the scripts give themselves and the real flor a CUDA view: each imports the
+module ``fakecuda`` right after torch, before flor (``FAKE_CUDA_DEVICES`` devices; the
+generators of those listed in ``FAKE_CUDA_DRAWN`` advance with the script's own CPU draws, the
+others stay at their seed; ``set_rng_state`` calls are written to ``FAKE_CUDA_LOG``). Everything
+else, the capture, the store, the decode, the restore and the checks, is flor's own code path.
+(The view was a ``sitecustomize`` on ``PYTHONPATH``; an import in the script lets the scripts be
+forked from the suite's warm interpreter, which a changed ``PYTHONPATH`` rules out.)
 """
 
 from __future__ import annotations
-
-import os
-
 
 from helpers import PROBED_LOG, Runner
 
@@ -50,18 +49,20 @@ torch.cuda.set_rng_state_all = lambda states: [_set(s, i) for i, s in enumerate(
 '''
 
 
+#: the edit that gives a script the fake CUDA view, before it imports flor
+FAKE_CUDA_IMPORT = {"import torch\n": "import torch\nimport fakecuda  # the test's CUDA view (FAKE_CUDA_*)\n"}
+
+
 def _gpus(runner: Runner, devices: int, drawn: str = "0") -> dict[str, str]:
-    site = runner.cwd / "fakecuda"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(FAKE_CUDA)
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    return runner.env(PYTHONPATH=path, FAKE_CUDA_DEVICES=str(devices), FAKE_CUDA_DRAWN=drawn,
+    """The environment of a script edited with ``FAKE_CUDA_IMPORT`` that sees ``devices`` GPUs."""
+    (runner.cwd / "fakecuda.py").write_text(FAKE_CUDA)
+    return runner.env(FAKE_CUDA_DEVICES=str(devices), FAKE_CUDA_DRAWN=drawn,
                       FAKE_CUDA_LOG=str(runner.cwd / f"set_rng_state.{devices}.log"))
 
 
 def test_a_recording_on_4_gpus_replays_on_workers_that_see_one(runner):
-    runner.run(runner.script(), "--epochs", "4", "--flor", "multi", env=_gpus(runner, 4))
-    probed = runner.script(edits=PROBED_LOG, dest="probed.py")
+    runner.run(runner.script(edits=FAKE_CUDA_IMPORT), "--epochs", "4", "--flor", "multi", env=_gpus(runner, 4))
+    probed = runner.script(edits={**FAKE_CUDA_IMPORT, **PROBED_LOG}, dest="probed.py")
     log = runner.cwd / "set_rng_state.1.log"
     for part in ("0/2", "1/2"):
         worker = runner.run(probed, "--epochs", "4", "--flor", "multi", "--replay_flor", part,
@@ -73,14 +74,15 @@ def test_a_recording_on_4_gpus_replays_on_workers_that_see_one(runner):
     assert restored and {device for device, _, _ in restored} == {"0"}
     assert all(seed == "42" and int(offset) > 0 for _, seed, offset in restored)
     # the recording's generators: 4 devices, device 0 drawn from, the others at their seed
-    recorded = runner.run(runner.script(edits={"# AFTER": "print('CUDA', torch.cuda.get_rng_state_all())"},
-                                        dest="show.py"), "--epochs", "1", env=_gpus(runner, 4))
+    show = {**FAKE_CUDA_IMPORT, "# AFTER": "print('CUDA', torch.cuda.get_rng_state_all())"}
+    recorded = runner.run(runner.script(edits=show, dest="show.py"), "--epochs", "1", env=_gpus(runner, 4))
     assert recorded.stdout.count("tensor(") == 4
 
 
 def test_a_device_the_worker_lacks_that_drew_numbers_is_named(runner):
-    runner.run(runner.script(), "--epochs", "4", "--flor", "multi", env=_gpus(runner, 4, drawn="0,2"))
-    probed = runner.script(edits=PROBED_LOG, dest="probed.py")
+    runner.run(runner.script(edits=FAKE_CUDA_IMPORT), "--epochs", "4", "--flor", "multi",
+               env=_gpus(runner, 4, drawn="0,2"))
+    probed = runner.script(edits={**FAKE_CUDA_IMPORT, **PROBED_LOG}, dest="probed.py")
     # the first worker sets each block's starting state as recorded; the second restores a
     # checkpoint: neither can, and both say why and what to do (not "checkpoint unusable")
     for part in ("0/2", "1/2"):

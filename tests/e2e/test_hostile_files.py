@@ -53,8 +53,8 @@ def flor(r: Runner, *args: str) -> subprocess.CompletedProcess:
 
 
 def replay(r: Runner, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "toy.py", "--epochs", "3", "--lr", "0.02", "--flor", "toy", *args, "--replay_flor"],
-                          cwd=r.cwd, env=r.env(**env), capture_output=True, text=True, timeout=300)
+    return r.run(r.cwd / "toy.py", "--epochs", "3", "--lr", "0.02", "--flor", "toy", *args, "--replay_flor",
+                 env=r.env(**env), check=False, timeout=300)
 
 
 def no_traceback(proc: subprocess.CompletedProcess) -> None:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -117,13 +118,15 @@ def test_epoch_selection_replays_only_those_epochs(rec):
 def test_slurm_array_by_hand_and_the_merged_report(rec):
     """Two array tasks placed only by Slurm's variables share a replay id; --report merges them;
     the newest replay wins per epoch in the merged view."""
-    procs = [subprocess.Popen([sys.executable, "outer.py", "--epochs", str(EPOCHS), "--flor", "toy", "--replay_flor"],
-                              cwd=rec.cwd, env=rec.env(SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID=str(t),
-                                                       SLURM_ARRAY_TASK_COUNT="2", SLURM_ARRAY_TASK_MIN="0"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for t in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
-    assert "worker 1/2: epochs 3-5" in outs[1][1]
+    def task(t: int) -> subprocess.CompletedProcess:  # both tasks run at once, as an array's do
+        return rec.run(rec.cwd / "outer.py", "--epochs", str(EPOCHS), "--flor", "toy", "--replay_flor", check=False,
+                       env=rec.env(SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID=str(t), SLURM_ARRAY_TASK_COUNT="2",
+                                   SLURM_ARRAY_TASK_MIN="0"))
+
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(pool.map(task, range(2)))
+    assert all(p.returncode == 0 for p in procs), [(p.stdout, p.stderr) for p in procs]
+    assert "worker 1/2: epochs 3-5" in procs[1].stderr
     report = flor_replay(rec, "--report", "slurm4242")
     assert report.returncode == 0, report.stderr
     assert "worker 0: epochs 0-2" in report.stdout and "worker 1: epochs 3-5" in report.stdout

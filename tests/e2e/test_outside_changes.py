@@ -14,11 +14,21 @@ from __future__ import annotations
 
 import json
 
-from helpers import Runner
+import pytest
+
+from helpers import Runner, copy_of
 
 PROBE = {"    # HINDSIGHT": '    with torch.no_grad():\n'
                             '        flor.log("probe", ((net(X) - Y) ** 2).mean().item())'}
 SAID = "changed outside the blocks, unlike the recording: end() object 0: 1.num_batches_tracked"
+
+
+@pytest.fixture(scope="module")
+def forward_recorded(tmp_path_factory) -> Runner:
+    """outside_changes.py recorded with its own forward outside the blocks (--outer-forward)."""
+    r = Runner(tmp_path_factory.mktemp("outer_forward"))
+    r.run(r.script("outside_changes.py"), "--outer-forward", "--flor", "o")
+    return r
 
 
 def _verdict(proc) -> str:
@@ -35,9 +45,8 @@ def test_a_hindsight_forward_in_training_mode_is_named(tmp_path):
     assert "end() object 0: 1.num_batches_tracked" in json.loads(summary.read_text())["outside"]
 
 
-def test_the_scripts_own_forward_is_not_named_but_a_second_one_is(tmp_path):
-    r = Runner(tmp_path)
-    r.run(r.script("outside_changes.py"), "--outer-forward", "--flor", "o")
+def test_the_scripts_own_forward_is_not_named_but_a_second_one_is(forward_recorded, tmp_path):
+    r = copy_of(forward_recorded, tmp_path)
     state = [json.loads(line) for line in next(r.home.glob("o/runs/*/logs/state.jsonl")).read_text().splitlines()]
     assert [s["epoch"] for s in state if "outside" in s] == [1, 2, 3]  # what epochs 0-2's code did after end()
     plain = r.run(r.script("outside_changes.py", {"    # HINDSIGHT": '    flor.log("n", 1)'}, dest="plain.py"),

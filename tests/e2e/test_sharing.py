@@ -232,8 +232,7 @@ def test_pull_and_replay_from_a_bucket_with_planted_keys_write_nothing_outside(r
 
     # a colleague replays straight from the bucket with an empty FLOR_HOME
     env = _s3_env(runner, moto, url, fresh)
-    replay = subprocess.run([sys.executable, str(script), "--flor", "toy", "--epochs", "2", "--replay_flor"],
-                            cwd=runner.cwd, env=env, capture_output=True, text=True, timeout=300)
+    replay = runner.run(script, "--flor", "toy", "--epochs", "2", "--replay_flor", env=env, check=False)
     assert replay.returncode == 0, replay.stderr
     assert "replay verified exact" in replay.stderr
     assert files_outside(runner.cwd, pulled, fresh) == before

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import sys
 
-from helpers import Runner, values
+import pytest
+
+from helpers import Runner, copy_of, values
 
 HINDSIGHT = {"    # HINDSIGHT": '    flor.log("lr", opt.param_groups[0]["lr"])'}
 
 
-def test_a_replay_names_the_scheduler_end_was_not_given(tmp_path):
-    r = Runner(tmp_path)
-    proc = r.run(r.script("plateau.py"), "--flor", "p")
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """plateau.py recorded as "p" (its scheduler left out of end()), and what the recording said."""
+    r = Runner(tmp_path_factory.mktemp("plateau"))
+    return r, r.run(r.script("plateau.py"), "--flor", "p")
+
+
+def test_a_replay_names_the_scheduler_end_was_not_given(recorded, tmp_path):
+    r, proc = copy_of(recorded[0], tmp_path), recorded[1]
     assert "was not given `sched`" in proc.stderr
     edited = r.script("plateau.py", HINDSIGHT, dest="hindsight.py")
     r.run(edited, "--flor", "full")
@@ -31,9 +39,8 @@ def test_a_replay_names_the_scheduler_end_was_not_given(tmp_path):
     assert verdict.startswith("flor: replay verified exact:") and "; not restored: sched (values read" in verdict
 
 
-def test_a_launched_replay_names_it_in_its_merged_verdict(tmp_path):
-    r = Runner(tmp_path)
-    r.run(r.script("plateau.py"), "--flor", "p")
+def test_a_launched_replay_names_it_in_its_merged_verdict(recorded, tmp_path):
+    r = copy_of(recorded[0], tmp_path)
     edited = r.script("plateau.py", HINDSIGHT, dest="hindsight.py")
     proc = r.flor("replay", "p", "--workers", "3", "--", sys.executable, str(edited))
     verdict = (proc.stdout + proc.stderr).strip().splitlines()[-1]

@@ -11,7 +11,6 @@ import pytest
 from flor import hparams
 from flor.errors import ConfigError
 
-
 # -- hyperparameters ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, default, value", [

@@ -4,7 +4,6 @@ and a float step apart), values by number.
 
 from __future__ import annotations
 
-
 from flor.logs import record_key, same_value
 from flor.verify import compare_logs
 

@@ -13,7 +13,6 @@ import pytest
 from flor.analysis.metrics import MAX_DEFINITIONS, extract, load_definitions, printed_lines
 from flor.errors import ConfigError
 
-
 # -- regex metric definitions ------------------------------------------------------------------
 
 # (line as real training scripts print it, regex, the value)

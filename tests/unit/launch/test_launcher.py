@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from flor.launch.launcher import detect_gpus
 
 

@@ -4,11 +4,9 @@ are not lines, a note is shown once, a worker's own summary not at all.
 
 from __future__ import annotations
 
-
 import pytest
 
 from flor.launch.output import WorkerOutput, clean
-
 
 # -- flor replay output -----------------------------------------------------------------------
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-
-from flor.plan import make_plan
 from flor.launch.workers import WorkerState
+from flor.plan import make_plan
 
 
 def test_progress_is_read_from_epoch_marks(tmp_path):

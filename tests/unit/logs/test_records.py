@@ -4,11 +4,9 @@ several records of one key.
 
 from __future__ import annotations
 
-
 import pytest
 
 from flor.logs import merge_newest, record_key, same_value
-
 
 # -- record keys and value equality ---------------------------------------------------------------
 

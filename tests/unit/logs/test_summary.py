@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from flor.logs.summary import goal_of, summarize
 
 

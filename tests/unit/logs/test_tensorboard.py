@@ -9,9 +9,8 @@ import struct
 
 import pytest
 
-from flor.store.runlogs import retire_worker_files
 from flor.logs.tensorboard import EventFileWriter, global_step, write_replay_events
-
+from flor.store.runlogs import retire_worker_files
 
 # -- TensorBoard ----------------------------------------------------------------------------------
 

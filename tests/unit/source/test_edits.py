@@ -4,12 +4,11 @@ which change what it computes ("changed by more than logging").
 
 from __future__ import annotations
 
-
 import pytest
 
-from helpers import ROOT
 from flor.source.edits import non_logging_changes
 
+from helpers import ROOT
 
 # -- the "changed by more than logging" check ----------------------------------------------
 

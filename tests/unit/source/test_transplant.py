@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from flor.source.transplant import TransplantError, transplant, unified_patch
 from flor.source.edits import non_logging_changes
+from flor.source.transplant import TransplantError, transplant, unified_patch
 
 OLD = textwrap.dedent('''\
     import flor

@@ -20,12 +20,19 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import make_training, train_steps
-
 from flor.state import (
-    PACK_ALL_BYTES, PACK_LEAF_BYTES, PackIndex, TreeCache, diff_nodes, hash_and_pack, restore, snapshot,
+    PACK_ALL_BYTES,
+    PACK_LEAF_BYTES,
+    PackIndex,
+    TreeCache,
+    diff_nodes,
+    hash_and_pack,
+    restore,
+    snapshot,
 )
 from flor.store.manifest import canonical_json, check_node
+
+from helpers import make_training, train_steps
 
 
 def materialized(pending) -> tuple[dict, dict]:

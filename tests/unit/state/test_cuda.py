@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-
 from flor.state import BufferPool, TreeCache, capture_rng, diff_nodes, restore, restore_rng, snapshot
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -4,7 +4,6 @@ position and type.
 
 from __future__ import annotations
 
-
 import torch
 
 from flor.state import describe

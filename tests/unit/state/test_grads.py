@@ -4,7 +4,6 @@ damage named.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

@@ -12,16 +12,12 @@ import time
 
 import pytest
 import torch
+
 from flor.errors import CheckpointError
-from flor.state import (
-    PackIndex,
-    diff_nodes,
-    hash_and_pack,
-    restore,
-    snapshot,
-)
+from flor.state import PackIndex, diff_nodes, hash_and_pack, restore, snapshot
 from flor.store.local import DIRECT_MIN, PAGE, address
 from flor.store.manifest import check_node
+
 from helpers import make_training, train_steps
 
 

@@ -4,13 +4,10 @@ from a store never escape it).
 
 from __future__ import annotations
 
-
 import pytest
-
 
 from flor.store.hashing import hash_bytes
 from flor.store.ids import HASH_HEX_LEN, bad_key_reason, is_blob_hash, is_checkpoint_file, is_replay_id, is_run_id
-
 
 # -- identifier grammars --------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-
 from flor.store.runlogs import read_run_logs
 
 
