@@ -323,7 +323,7 @@ def _launch_until_both_run(rec: Runner) -> tuple[subprocess.Popen, list[int], li
     for line in proc.stdout:  # both in their epoch loops: worker 1's first note is printed there
         seen.append(line)
         if any(x.startswith("[w0] epoch 0 ") for x in seen) and \
-                any(x.startswith("[w1] flor: outer-loop variables restored") for x in seen):
+                any(x.startswith("[w1] flor: FL320 outer-loop variables restored") for x in seen):
             break
     workers = _children(proc.pid)
     assert len(workers) == 2, "".join(seen)
@@ -399,7 +399,7 @@ def test_more_workers_than_epochs_replay_with_one_worker_an_epoch(rec):
     exit status 0. Now the launch has one worker an epoch, says so, and verifies."""
     proc = flor_replay(rec, "--workers", "8", "--epochs", "4:6", "--", sys.executable, "outer.py", "--epochs", str(EPOCHS))
     assert proc.returncode == 0, proc.stderr
-    assert "flor: --workers 8: 2 epoch(s) to replay, so 2 worker(s)" in proc.stderr
+    assert "flor: FL503 --workers 8: 2 epoch(s) to replay, so 2 worker(s)" in proc.stderr
     assert "missing" not in proc.stderr and proc.stderr.splitlines()[-1].startswith("flor: replay verified exact")
     full = values(rec.logs("full"), "record")
     assert values(replay_logs(rec, replay_id(proc))) == {k: v for k, v in full.items() if k[1] in (4, 5)}
