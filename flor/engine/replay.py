@@ -8,7 +8,6 @@ script's state outside ``end()`` (``flor.watch.Watch``) and the loop's own varia
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import sys
@@ -34,7 +33,7 @@ from ..watch.probe import Watch
 from ..watch.reachable import SchedulerProbe
 from ..watch.variables import VariablesProbe
 from .ddp import check_replay_world, shared_replay_id
-from .restorer import Restorer
+from .restorer import Restorer, with_spool
 from .script import compare_script, script_sha256
 from .session import Session, as_result
 
@@ -49,10 +48,7 @@ class ReplaySession(Session):
 
         super().__init__(settings)
         from .._fmt import progress
-        from ..store import ExperimentStore
-        from ..store.sync import LazyRemote, attach_spool
-        from ..store.journal import spooled_to
-        from ..store.trust import spool_trusted
+        from ..store.sync import attach_spool
 
         remote: Any = None
         if settings.spool:  # pull the run from the S3 spool when it is not local; blobs come on demand
@@ -67,18 +63,7 @@ class ReplaySession(Session):
             # replay writes into the run it replays; the user picks the other run by name
             raise StorageError(f"the latest recording cannot be replayed: {exc}; to replay an earlier run, "
                                f"add --flor_run RUN (`flor ls {settings.name}` lists them)") from exc
-        # evicted blobs come back from the spool the run was recorded to, or `flor spool` put it in
-        spools = [] if remote is not None else \
-            [self.meta.spool] if self.meta.spool else spooled_to(self.store.root, self.run)
-        if spools:
-            own = [url for url in spools if spool_trusted(settings.config_dir, url)]
-            remote = LazyRemote(self.store, (own or spools)[0], progress=progress, trusted=bool(own),
-                                say=lambda text: print(f"flor: {text}", file=sys.stderr))
-        if remote is not None:  # a store whose blobs fall back on the spool; what came from it is said at exit
-            self.store = ExperimentStore(settings.home, self.store.name, remote=remote)
-            owner = os.getpid()  # not in a child made by os.fork
-            atexit.register(lambda: os.getpid() == owner and remote.summary()
-                            and print(f"flor: {remote.summary()}", file=sys.stderr))
+        self.store = with_spool(self.store, self.run, self.meta, settings, remote)  # evicted blobs come back from S3
         self.run_dir = self.store.run_path(self.run)
         self.replay_id = settings.replay_id or shared_replay_id(settings) or new_replay_id()
         self.pid, self.ngpus = settings.pid, settings.ngpus

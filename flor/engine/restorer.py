@@ -270,3 +270,29 @@ class Restorer:
         except (ValueError, IndexError, KeyError, TypeError):
             return path
         return f"end() argument {index} ({cls.rsplit('.', 1)[-1]}){rest}"
+
+
+def with_spool(store: ExperimentStore, run: str, meta: RunMeta, settings: Settings, remote: Any) -> ExperimentStore:
+    """The store a replay reads, its blobs falling back on a spool: ``remote`` (the spool the run
+    was pulled from), else the one the run was recorded to or ``flor spool`` put it in, preferring
+    one this user spooled to (flor.store.trust). What came from it is said at exit."""
+    import atexit
+    import os
+    import sys
+
+    from .._fmt import progress
+    from ..store.journal import spooled_to
+    from ..store.sync import LazyRemote
+    from ..store.trust import spool_trusted
+
+    spools = [] if remote is not None else [meta.spool] if meta.spool else spooled_to(store.root, run)
+    if spools:
+        own = [url for url in spools if spool_trusted(settings.config_dir, url)]
+        remote = LazyRemote(store, (own or spools)[0], progress=progress, trusted=bool(own),
+                            say=lambda text: print(f"flor: {text}", file=sys.stderr))
+    if remote is None:
+        return store
+    owner = os.getpid()  # not in a child made by os.fork
+    atexit.register(lambda: os.getpid() == owner and remote.summary() and print(f"flor: {remote.summary()}",
+                                                                               file=sys.stderr))
+    return ExperimentStore(settings.home, store.name, remote=remote)
