@@ -120,7 +120,7 @@ def stale_names(tree: ast.Module, into_line: int, end_line: int) -> set[str]:
 _TREES: dict[str, ast.Module | None] = {}
 
 
-def _tree(frame: FrameType) -> ast.Module | None:
+def script_tree(frame: FrameType) -> ast.Module | None:
     filename = frame.f_code.co_filename
     if filename not in _TREES:
         try:
@@ -189,7 +189,7 @@ def loop_wrapper(frame: FrameType | None) -> str | None:
     try:
         if frame is None:
             return None
-        tree = _tree(frame)
+        tree = script_tree(frame)
         return wrapper_at(tree, frame.f_lineno) if tree is not None else None
     except Exception:  # noqa: BLE001 - advice only
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
-from .frames import _own_object, _OWN, _plain_now, _skipped
+from .frames import own_object, OWN_TYPES, plain_now, skipped_name
 from .limits import LIMITS
 from .plain import encode
 from .probe import Probe, Say, View
@@ -17,13 +17,13 @@ __all__ = ["ModuleAttrProbe", "object_attrs", "restore_attrs"]
 
 def object_attrs(variables: dict[str, Any], skip: Collection[int] = ()) -> dict[str, dict[str, Any]]:
     """``{variable: {attribute: encoded}}`` of the plain-data attributes of the script's own
-    objects among ``variables`` (``_own_object``: ``self`` in a Trainer's method), and of such
+    objects among ``variables`` (``own_object``: ``self`` in a Trainer's method), and of such
     objects they hold (``"state.global_step"``, ``LIMITS.attr_depth`` names deep), but for those whose
     ids are in ``skip`` (given to ``end()``: checkpointed whole)."""
     out: dict[str, dict[str, Any]] = {}
     for var, value in variables.items():
-        own = _OWN.get(type(value))  # most variables are models, tensors, functions: one lookup
-        if own is False or id(value) in skip or not (own or _own_object(value)) or _skipped(var):
+        own = OWN_TYPES.get(type(value))  # most variables are models, tensors, functions: one lookup
+        if own is False or id(value) in skip or not (own or own_object(value)) or skipped_name(var):
             continue
         attrs: dict[str, Any] = {}
         _plain_attrs(value, "", skip, attrs, 1)
@@ -35,10 +35,10 @@ def object_attrs(variables: dict[str, Any], skip: Collection[int] = ()) -> dict[
 
 def _plain_attrs(obj: Any, prefix: str, skip: Collection[int], out: dict[str, Any], depth: int) -> None:
     for attr, v in list(vars(obj).items()):
-        if type(attr) is not str or not attr.isidentifier() or _skipped(attr) or id(v) in skip:
+        if type(attr) is not str or not attr.isidentifier() or skipped_name(attr) or id(v) in skip:
             continue
-        own = _OWN.get(type(v))
-        if own is not False and (own or _own_object(v)):  # an object of the script's own in an attribute
+        own = OWN_TYPES.get(type(v))
+        if own is not False and (own or own_object(v)):  # an object of the script's own in an attribute
             if depth < LIMITS.attr_depth:
                 _plain_attrs(v, f"{prefix}{attr}.", skip, out, depth + 1)
             continue
@@ -52,7 +52,7 @@ def _plain_attrs(obj: Any, prefix: str, skip: Collection[int], out: dict[str, An
 def restore_attrs(variables: dict[str, Any], values: dict[str, dict[str, Any]]) -> list[str]:
     """Set ``{variable: {attribute: value}}`` (an attribute a dotted path through objects of
     the script's own, ``"state.global_step"``) on the script's own objects the variables hold
-    now (``_own_object``), only where the attribute holds plain data or nothing now and the
+    now (``own_object``), only where the attribute holds plain data or nothing now and the
     class has no descriptor for it (a property's setter is never run); return the
     ``variable.attribute`` names left as they are."""
     left = []
@@ -60,14 +60,14 @@ def restore_attrs(variables: dict[str, Any], values: dict[str, dict[str, Any]]) 
         for path, value in attrs.items():
             obj, *parts = [variables.get(var), *path.split(".")]
             for part in parts[:-1]:  # through the script's own objects only, never a property
-                obj = vars(obj).get(part) if obj is not None and _own_object(obj) else None
+                obj = vars(obj).get(part) if obj is not None and own_object(obj) else None
             attr = parts[-1]
-            if obj is None or not _own_object(obj) or len(parts) > LIMITS.attr_depth:
+            if obj is None or not own_object(obj) or len(parts) > LIMITS.attr_depth:
                 left.append(f"{var}.{path}")
                 continue
             own = vars(obj)
-            if (attr in own and not _plain_now(own[attr])) \
-                    or (hasattr(type(obj), attr) and not _plain_now(getattr(type(obj), attr))):  # a method, property
+            if (attr in own and not plain_now(own[attr])) \
+                    or (hasattr(type(obj), attr) and not plain_now(getattr(type(obj), attr))):  # a method, property
                 left.append(f"{var}.{path}")
             else:
                 own[attr] = value

@@ -12,7 +12,7 @@ import types
 from types import FrameType
 from typing import Any, Iterable
 
-from .plain import _CONTAINERS, _SCALARS, LEAF_TYPES
+from .plain import CONTAINERS, SCALARS, LEAF_TYPES
 
 __all__ = ["CO_OPTIMIZED", "caller_frame", "frame_variables", "given_ids", "global_names", "left_normally",
            "loop_targets"]
@@ -29,7 +29,7 @@ _SKIP_NAMES = {"_", "__", "___"}
 
 
 
-_NUMBERS = (int, float, bool, type(None))
+NUMBERS = (int, float, bool, type(None))
 
 
 
@@ -74,23 +74,23 @@ def loop_targets(frame: FrameType) -> set[str]:
 
 
 
-def _skipped(name: str) -> bool:
+def skipped_name(name: str) -> bool:
     return name in _SKIP_NAMES or (name.startswith("__") and name.endswith("__"))
 
 
 
-def _same_key(encoded: Any) -> Any:
+def same_key(encoded: Any) -> Any:
     """What two values of a variable compare by: 1, 1.0 and True differ, as do 0.1 and 0.10000001."""
     kind = type(encoded)
-    if kind in _NUMBERS:
+    if kind in NUMBERS:
         return kind, encoded
     return kind, json.dumps(encoded, allow_nan=True, separators=(",", ":"))
 
 
 
-def _maybe_scalar(kind: type) -> bool:
+def maybe_scalar(kind: type) -> bool:
     """Whether values of ``kind`` may be plain data: the containers, NumPy scalars, tensors (0-d ones)."""
-    if kind in _CONTAINERS or issubclass(kind, LEAF_TYPES):
+    if kind in CONTAINERS or issubclass(kind, LEAF_TYPES):
         return True
     np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
     return bool(np is not None and (issubclass(kind, np.generic) or kind is np.ndarray)
@@ -98,7 +98,7 @@ def _maybe_scalar(kind: type) -> bool:
 
 
 
-def _scalar_like(value: Any) -> bool:
+def scalar_like(value: Any) -> bool:
     """A NumPy scalar or array, or a 0-d tensor (checked without importing either)."""
     np = sys.modules.get("numpy")
     if np is not None and (isinstance(value, np.generic) or type(value) is np.ndarray):
@@ -108,13 +108,13 @@ def _scalar_like(value: Any) -> bool:
 
 
 
-def _plain_now(value: Any) -> bool:
+def plain_now(value: Any) -> bool:
     """Data a restore may replace: a scalar, string, list, tuple, dict or ``collections``
     container, a NumPy scalar or numeric array or a 0-d tensor, however long (a history the
     replay grew past ``LIMITS.items`` is still replaced); never a module, function, model or other
     object the script binds the name to now."""
     kind = type(value)
-    if kind in _SCALARS or kind in _CONTAINERS or isinstance(value, LEAF_TYPES):
+    if kind in SCALARS or kind in CONTAINERS or isinstance(value, LEAF_TYPES):
         return True
     np = sys.modules.get("numpy")
     if np is not None and (isinstance(value, np.generic) or kind is np.ndarray and value.dtype.kind in "biuf"):
@@ -127,34 +127,34 @@ def _plain_now(value: Any) -> bool:
 
 
 
-def _state_like(value: Any) -> bool:
+def state_like(value: Any) -> bool:
     """Data that a loop may carry (not a module, function, class or method)."""
     return not isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
                                   types.MethodType))
 
 
 
-def _fingerprint(value: Any) -> tuple[int, int | None]:
+def identity_and_size(value: Any) -> tuple[int, int | None]:
     """Identity, and size for the builtin containers and the ``collections`` ones (a ``deque`` of
     recent losses, a ``Counter``); another object's ``__len__`` is not ours to call."""
-    return id(value), len(value) if isinstance(value, _SIZED) else None
+    return id(value), len(value) if isinstance(value, SIZED) else None
 
 
 
-#: containers whose size ``_fingerprint`` reads (subclasses too: Counter, defaultdict, OrderedDict)
-_SIZED = (list, dict, tuple, set, frozenset, bytearray, collections.deque)
+#: containers whose size ``identity_and_size`` reads (subclasses too: Counter, defaultdict, OrderedDict)
+SIZED = (list, dict, tuple, set, frozenset, bytearray, collections.deque)
 
 
 
-def _keys(encoded: dict[str, Any]) -> dict[str, Any]:
-    """What each encoded value compares by (``_same_key``), to find at ``leave`` what changed."""
-    return {name: _same_key(value) for name, value in encoded.items()}
+def compare_keys(encoded: dict[str, Any]) -> dict[str, Any]:
+    """What each encoded value compares by (``same_key``), to find at ``leave`` what changed."""
+    return {name: same_key(value) for name, value in encoded.items()}
 
 
 
-def _changed(encoded: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``encoded`` that ``before`` (``_keys``) lacks or holds another value for."""
-    return {name: value for name, value in encoded.items() if name not in before or _same_key(value) != before[name]}
+def changed_entries(encoded: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``encoded`` that ``before`` (``compare_keys``) lacks or holds another value for."""
+    return {name: value for name, value in encoded.items() if name not in before or same_key(value) != before[name]}
 
 
 
@@ -168,7 +168,7 @@ def global_names(code: types.CodeType) -> frozenset[str]:
     if names is None:
         try:
             names = frozenset(i.argval for i in dis.get_instructions(code)
-                              if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") and not _skipped(i.argval))
+                              if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") and not skipped_name(i.argval))
         except Exception:  # noqa: BLE001 - an odd code object: none noted
             names = frozenset()
         _STORED[code] = names
@@ -177,7 +177,7 @@ def global_names(code: types.CodeType) -> frozenset[str]:
 
 
 
-def _holds_state(value: Any) -> bool:
+def holds_state(value: Any) -> bool:
     """A dict, list or tuple (of tensors: a copy of the best weights) or a module (a model's
     copy): what a block may keep outside ``end()``. A bare tensor is not named: a batch
     looked at before the loop and rebound by the block's batch loop is not state."""
@@ -188,19 +188,19 @@ def _holds_state(value: Any) -> bool:
 
 
 
-_OWN: dict[type, bool] = {}
+OWN_TYPES: dict[type, bool] = {}
 
 
 
-def _own_object(value: Any) -> bool:
+def own_object(value: Any) -> bool:
     """An instance of a class of the script's own (``__main__``, or a module outside the
     interpreter's and installed packages' folders: a Trainer, a state object, a dataclass), or
     a ``SimpleNamespace`` or argparse ``Namespace``, whose attributes are set plainly: no
     ``__setattr__`` of its own (a model's, a frozen dataclass's), not a class or module."""
     kind = type(value)
-    own = _OWN.get(kind)
+    own = OWN_TYPES.get(kind)
     if own is None:
-        own = _OWN[kind] = _own_class(kind)
+        own = OWN_TYPES[kind] = _own_class(kind)
     return own
 
 

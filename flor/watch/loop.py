@@ -43,10 +43,10 @@ from typing import Any, Collection, Iterable, NamedTuple
 from .._files import StoreFileError, open_append, read_text
 from .._fmt import listed
 from ..errors import ReplayError
-from .frames import (CO_OPTIMIZED, _NUMBERS, _fingerprint, _maybe_scalar, _plain_now, _same_key, _scalar_like,
-                     _skipped, _state_like, loop_targets)
+from .frames import (CO_OPTIMIZED, NUMBERS, identity_and_size, maybe_scalar, plain_now, same_key, scalar_like,
+                     skipped_name, state_like, loop_targets)
 from .limits import LIMITS
-from .plain import _CONTAINERS, _SCALARS, LEAF_TYPES, NotPlain, decode, encode
+from .plain import CONTAINERS, SCALARS, LEAF_TYPES, NotPlain, decode, encode
 from .probe import Say
 
 __all__ = ["LoopFrame", "LoopState", "State", "StateFile", "read_state"]
@@ -69,7 +69,7 @@ class LoopFrame:
         self.ignored: set[str] = set()  # dunders and the loop variable
         self.static: dict[str, int] = {}  # name -> id of the module, function or class it held at the start
         self.opaque: set[type] = set()  # types that are never plain data (checked once per type)
-        self.initial: dict[str, Any] = {}  # plain variables at the loop's start: name -> _same_key(encoded)
+        self.initial: dict[str, Any] = {}  # plain variables at the loop's start: name -> same_key(encoded)
         self.touched: set[str] = set()  # ... that some epoch so far ended with another value (or bound anew)
 
     def variables(self) -> dict[str, Any]:
@@ -86,14 +86,14 @@ class LoopFrame:
             return
         self.targets = loop_targets(self.frame) if loop else set()
         for name, value in list(self.variables().items()):
-            if _skipped(name) or name in self.targets:
+            if skipped_name(name) or name in self.targets:
                 self.ignored.add(name)
-            elif not _state_like(value):
+            elif not state_like(value):
                 self.static[name] = id(value)  # an import, a def: skipped cheaply while it stays
-            elif type(value) not in _SCALARS:
-                self.before[name] = _fingerprint(value)
+            elif type(value) not in SCALARS:
+                self.before[name] = identity_and_size(value)
         self.ignored |= self.targets
-        self.initial = {name: _same_key(v) for name, v in self._plain().items()}
+        self.initial = {name: same_key(v) for name, v in self._plain().items()}
 
     def capture(self, passed: Iterable[int] = ()) -> dict[str, Any]:
         """``{"vars": {name: encoded}, "unrestorable": [names], "unchanged": [names]}`` of the
@@ -101,7 +101,7 @@ class LoopFrame:
         out = self._plain(passed)
         initial, touched = self.initial, self.touched
         for name, value in out.items():
-            if name not in touched and (name not in initial or _same_key(value) != initial[name]):
+            if name not in touched and (name not in initial or same_key(value) != initial[name]):
                 touched.add(name)
         return {"vars": out, "unrestorable": sorted(self.changed - out.keys()),
                 "unchanged": sorted(name for name in out if name not in touched)}
@@ -116,22 +116,22 @@ class LoopFrame:
             if name in ignored:
                 continue
             kind = type(value)
-            if kind in _NUMBERS:  # the common case, without a call
+            if kind in NUMBERS:  # the common case, without a call
                 out[name] = value
                 continue
             if static.get(name) == id(value):
                 continue
             if kind in self.opaque:  # before the name: most variables are models, tensors, loaders
-                if self.track and not _skipped(name):
+                if self.track and not skipped_name(name):
                     self._not_plain(name, value, passed)
                 continue
-            if _skipped(name):  # bound inside the loop
+            if skipped_name(name):  # bound inside the loop
                 ignored.add(name)
                 continue
             if skip and id(value) in skip:
                 continue
-            if kind not in _CONTAINERS and not _scalar_like(value) and not isinstance(value, LEAF_TYPES):
-                if not _maybe_scalar(kind):
+            if kind not in CONTAINERS and not scalar_like(value) and not isinstance(value, LEAF_TYPES):
+                if not maybe_scalar(kind):
                     self.opaque.add(kind)  # a model, a loader, a Namespace: never plain data
                 self._not_plain(name, value, passed)
                 continue
@@ -153,7 +153,7 @@ class LoopFrame:
         if not self.track or id(value) in passed:
             return
         was = self.before.get(name)
-        if (was is not None and _fingerprint(value) != was) or name in self.initial:
+        if (was is not None and identity_and_size(value) != was) or name in self.initial:
             self.changed.add(name)
 
     def restore(self, values: dict[str, Any]) -> list[str]:
@@ -163,7 +163,7 @@ class LoopFrame:
             return []
         current = self.variables()
         # a name the script now binds to something that is not plain data is left alone
-        values = {k: v for k, v in values.items() if k not in current or _plain_now(current[k])}
+        values = {k: v for k, v in values.items() if k not in current or plain_now(current[k])}
         if not self.function:
             frame.f_globals.update(values)
             return []

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import FrameType
 from typing import Any
 
-from ..source.blocks import _tree, stale_names
+from ..source.blocks import script_tree, stale_names
 from .frames import frame_variables
 from .probe import Probe, Say, View
 
@@ -30,7 +30,7 @@ def stale_at_end(site: tuple[str, int, set[str]] | None, frame: FrameType | None
     try:
         if site is None or frame is None or frame.f_code.co_filename != site[0]:
             return []
-        tree = _tree(frame)
+        tree = script_tree(frame)
         return sorted(stale_names(tree, site[1], frame.f_lineno)) if tree is not None else []
     except Exception:  # noqa: BLE001 - advice only
         return []

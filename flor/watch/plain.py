@@ -33,8 +33,8 @@ from .limits import LIMITS
 
 __all__ = ["LEAF_TYPES", "NotPlain", "decode", "encode"]
 
-_SCALARS = (int, float, str, bool, type(None))
-_CONTAINERS = (str, list, tuple, dict, set, frozenset, collections.deque, collections.Counter,
+SCALARS = (int, float, str, bool, type(None))
+CONTAINERS = (str, list, tuple, dict, set, frozenset, collections.deque, collections.Counter,
                collections.OrderedDict, collections.defaultdict)
 _SEQUENCES: dict[type, str] = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
 _MAPPINGS: dict[type, str] = {dict: "dict", collections.OrderedDict: "odict", collections.Counter: "counter"}
@@ -70,7 +70,7 @@ def _encode(value: Any, budget: list[int], depth: int) -> Any:
     if budget[0] < 0 or depth > LIMITS.depth:
         raise NotPlain("too big")
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in SCALARS:
         if kind is str and len(value) > LIMITS.string:
             raise NotPlain("string too long")
         return value
@@ -97,7 +97,7 @@ def _encode(value: Any, budget: list[int], depth: int) -> Any:
         return {"t": "ndarray", "dtype": value.dtype.str, "shape": list(value.shape), "v": value.ravel().tolist()}
     if np is not None and isinstance(value, np.generic) and kind.__module__ == "numpy":
         item = value.item()
-        if type(item) not in _SCALARS or isinstance(item, str) or value.dtype.kind not in "biuf":
+        if type(item) not in SCALARS or isinstance(item, str) or value.dtype.kind not in "biuf":
             raise NotPlain("numpy scalar of an odd dtype")
         return {"t": "npscalar", "dtype": value.dtype.str, "v": item}
     torch = sys.modules.get("torch")
@@ -135,7 +135,7 @@ def decode(node: Any) -> Any:
 
 
 def _decode(node: Any, depth: int) -> Any:
-    if type(node) in _SCALARS:
+    if type(node) in SCALARS:
         return node
     if not isinstance(node, dict) or not isinstance(node.get("t"), str) or depth > LIMITS.depth + 1:
         raise ValueError(f"not an encoded value: {node!r:.60}")

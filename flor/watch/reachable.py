@@ -35,7 +35,7 @@ from collections import deque
 from typing import Any, Iterable, Mapping
 
 from ..state.describe import article, describe
-from .frames import _own_object, given_ids
+from .frames import own_object, given_ids
 from .limits import LIMITS
 from .probe import Probe, Say, View
 
@@ -116,7 +116,7 @@ def _parts(value: Any) -> list[tuple[str, Any]]:
                 if isinstance(key, (str, int))]
     if isinstance(value, (list, tuple)):
         return [(f"[{i}]", v) for i, v in enumerate(value[:LIMITS.reach_items])]
-    if isinstance(value, (torch.utils.data.Sampler, torch.utils.data.Dataset)) or _own_object(value):
+    if isinstance(value, (torch.utils.data.Sampler, torch.utils.data.Dataset)) or own_object(value):
         attrs = getattr(value, "__dict__", None)
         if type(attrs) is dict:
             return [(f".{attr}", v) for attr, v in list(attrs.items()) if not attr.startswith("__")]

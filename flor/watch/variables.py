@@ -10,11 +10,11 @@ from typing import Any, Collection
 
 from .._fmt import listed
 from .attributes import object_attrs, restore_attrs
-from .frames import (CO_OPTIMIZED, _changed, _holds_state, given_ids, _keys, _own_object, _plain_now, _skipped,
-                     global_names)
+from .frames import (CO_OPTIMIZED, changed_entries, compare_keys, given_ids, global_names, holds_state, own_object,
+                     plain_now, skipped_name)
 from .loop import LoopFrame
 from .limits import LIMITS
-from .plain import _CONTAINERS, decode, encode
+from .plain import CONTAINERS, decode, encode
 from .probe import Probe, Say, View
 
 __all__ = ["BlockVars", "VariablesProbe", "restore_globals", "stored_globals"]
@@ -62,14 +62,15 @@ class BlockVars:
                 lf.start(loop=False)
             else:
                 lf.frame = frame  # a block in a function: a new frame each call
-                lf.initial = _keys(lf._plain(skip=self.given.get(name, ())))
+                lf.initial = compare_keys(lf._plain(skip=self.given.get(name, ())))
             variables = lf.variables()
-            self.globals_initial[name] = _keys(stored_globals(frame))
-            self.attrs_initial[name] = {var: _keys(attrs)
+            self.globals_initial[name] = compare_keys(stored_globals(frame))
+            self.attrs_initial[name] = {var: compare_keys(attrs)
                                         for var, attrs in object_attrs(variables, self.passed.get(name, ())).items()}
             if name not in self.noted:  # its first run: what its objects' attributes are, to name state it rebinds
                 self.attr_ids[name] = {(var, attr): id(v) for var, value in variables.items()
-                                       if not _skipped(var) and _own_object(value) for attr, v in vars(value).items()}
+                                       if not skipped_name(var) and own_object(value)
+                                       for attr, v in vars(value).items()}
         except Exception:  # noqa: BLE001 - nothing is noted for this run of the block
             self.frames.pop(name, None)
 
@@ -90,32 +91,34 @@ class BlockVars:
             return {}, {}, []
         try:
             initial, now = lf.initial, lf.variables()
-            given = self.given[name] = {id(o) for o in objs if type(o) in _CONTAINERS}
+            given = self.given[name] = {id(o) for o in objs if type(o) in CONTAINERS}
             plain = lf._plain(given, skip=given)
-            changed = {var: value for var, value in _changed(plain, initial).items() if id(now.get(var)) not in given}
+            changed = {var: value for var, value in changed_entries(plain, initial).items()
+                       if id(now.get(var)) not in given}
             passed = self.passed[name] = given_ids(objs) if passed is None else passed
             was = self.attrs_initial.pop(name, {})
             plain_attrs = object_attrs(now, passed)
-            attrs = {var: diff for var, found in plain_attrs.items() if (diff := _changed(found, was.get(var, {})))}
-            globals_ = _changed(stored_globals(lf.frame, given), self.globals_initial.pop(name, {}))
+            attrs = {var: diff for var, found in plain_attrs.items()
+                     if (diff := changed_entries(found, was.get(var, {})))}
+            globals_ = changed_entries(stored_globals(lf.frame, given), self.globals_initial.pop(name, {}))
             more = {part: found for part, found in (("globals", globals_), ("attrs", attrs)) if found}
             first = name not in self.noted
             noted = self.noted.setdefault(name, set())
             lost = [(var, "too big" if var in noted else "state")
                     for var in sorted((noted | initial.keys()) - plain.keys())
-                    if var in now and (var in noted or _holds_state(now[var]))]
+                    if var in now and (var in noted or holds_state(now[var]))]
             if first:  # state bound before the block, rebound by its first run: a copy of the best weights
                 lost += [(var, "state") for var, (ident, _) in sorted(lf.before.items())
-                         if var in now and id(now[var]) != ident and var not in plain and _holds_state(now[var])]
+                         if var in now and id(now[var]) != ident and var not in plain and holds_state(now[var])]
                 ids = self.attr_ids.pop(name, {})  # ... or kept on self: self.best_state
                 lost += [(f"{var}.{attr}", "state") for var, value in sorted(now.items())
-                         if id(value) not in passed and not _skipped(var) and _own_object(value)
+                         if id(value) not in passed and not skipped_name(var) and own_object(value)
                          for attr, v in sorted(vars(value).items())
                          if ids.get((var, attr)) != id(v) and attr not in plain_attrs.get(var, {})
-                         and id(v) not in passed and _holds_state(v)]
+                         and id(v) not in passed and holds_state(v)]
             lost = [(var, what) for var, what in lost
                     if (name, var) not in self.warned
-                    and ("." in var or (id(now[var]) not in passed and not _skipped(var)))]
+                    and ("." in var or (id(now[var]) not in passed and not skipped_name(var)))]
             self.warned.update((name, var) for var, _ in lost)
             noted.update(changed)
             return changed, more, lost
@@ -150,7 +153,7 @@ def restore_globals(frame: FrameType, values: dict[str, Any]) -> list[str]:
     allowed = global_names(frame.f_code) if frame.f_code.co_flags & CO_OPTIMIZED else frozenset()
     module, left = frame.f_globals, []
     for var, value in values.items():
-        if var in allowed and (var not in module or _plain_now(module[var])):
+        if var in allowed and (var not in module or plain_now(module[var])):
             module[var] = value
         else:
             left.append(var)
@@ -162,7 +165,7 @@ def _attr_path(key: Any) -> bool:
     """``key`` is an attribute, or a dotted path of at most ``LIMITS.attr_depth`` attributes, each an
     identifier that is not a dunder."""
     parts = key.split(".") if isinstance(key, str) else []
-    return 0 < len(parts) <= LIMITS.attr_depth and all(p.isidentifier() and not _skipped(p) for p in parts)
+    return 0 < len(parts) <= LIMITS.attr_depth and all(p.isidentifier() and not skipped_name(p) for p in parts)
 
 
 
@@ -175,7 +178,7 @@ def _named(names: Any) -> dict[str, Any]:
     """The entries of ``names`` under identifiers that are not dunders."""
     if not isinstance(names, dict):
         return {}
-    return {k: v for k, v in names.items() if isinstance(k, str) and k.isidentifier() and not _skipped(k)}
+    return {k: v for k, v in names.items() if isinstance(k, str) and k.isidentifier() and not skipped_name(k)}
 
 
 class VariablesProbe(Probe):
