@@ -25,7 +25,7 @@ from ..store.experiment import open_experiment
 from .frame import hyperparameters, records
 from ..logs.summary import goal_of, number
 
-__all__ = ["Comparison", "Group", "RunResult", "compare", "describe", "render"]
+__all__ = ["Comparison", "Group", "RunResult", "compare", "describe", "render", "series_of"]
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Comparison:
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (run, why)
 
 
-def _series(recs: list[dict], x: str) -> list[tuple[float, float, int | None, bool]]:
+def series_of(recs: list[dict], x: str) -> list[tuple[float, float, int | None, bool]]:
     """``(x, value, epoch, hindsight)`` of numeric values logged in the loop, by x."""
     out = []
     by_epoch: dict[Any, int] = {}
@@ -167,12 +167,12 @@ def compare(names: Sequence[str], *, by: Sequence[str], metric: str, at: str | i
                 excluded.append((run, f"status {meta.status_text()}"))
                 continue
             recs = [r for r in mine if r["name"] == metric]
-            picked = _pick(_series(recs, "epoch"), at, goal)
+            picked = _pick(series_of(recs, "epoch"), at, goal)
             if picked is None:
                 excluded.append((run, f"no {metric}" + ("" if isinstance(at, str) else f" at epoch {at}")))
                 continue
             results.append(RunResult(name, run, hp, picked[0], picked[1],
-                                     [(p[0], p[1]) for p in _series(recs, x)],
+                                     [(p[0], p[1]) for p in series_of(recs, x)],
                                      any(r.get("hindsight") for r in recs)))
     missing = [h for h in by if h not in known_hp]
     if missing:

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from ..errors import ConfigError, warn
 from ..store import ExperimentStore
-from .compare import Comparison, _series
+from .compare import Comparison, series_of
 from ..store.experiment import open_experiment
 from .frame import hyperparameters, records
 
@@ -182,7 +182,7 @@ def plot_metrics(name: str, metrics: Sequence[str], *, runs: str | Sequence[str]
         drawn = 0
         for i, run in enumerate(run_ids):
             recs = [r for r in merged if r["run"] == run and r["name"] == metric]
-            series = _series(recs, x)
+            series = series_of(recs, x)
             if not series:
                 continue
             hind = [p for p in series if p[3]]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from ..launch.estimate import estimate_replay
-    from ..launch.launcher import _script_of, detect_gpus, run_launch
+    from ..launch.launcher import script_of, detect_gpus, run_launch
     from ..launch.report import print_plan, replay_report
     from ..plan import select
     from ..settings import parse_epoch_range
@@ -50,7 +50,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         meta = store.read_run(run)
         n_epochs = meta.epochs
         within = select(n_epochs, epoch_range) if epoch_range else None
-        kw = dict(script=_script_of(command), within=within, strong=args.strong, threads=args.threads, gpus=gpus)
+        kw = dict(script=script_of(command), within=within, strong=args.strong, threads=args.threads, gpus=gpus)
         workers = args.workers or (len(gpus) if gpus else estimate_replay(store, run, meta, workers=1, **kw).fastest[0])
         est = estimate_replay(store, run, meta, workers=workers, **kw)
         if args.json:
@@ -171,7 +171,7 @@ def _replay_threads(args: argparse.Namespace, store: ExperimentStore, run: str, 
     """``--threads``: a number, or ``auto`` (the cores divided among the workers)."""
     from ..launch.estimate import estimate_replay
     from ..placement import cores
-    from ..launch.launcher import _script_of
+    from ..launch.launcher import script_of
     from ..plan import select
 
     if args.threads is None:
@@ -184,7 +184,7 @@ def _replay_threads(args: argparse.Namespace, store: ExperimentStore, run: str, 
     if not workers:  # the fastest count with one thread a worker
         meta = store.read_run(run)
         n = meta.epochs
-        workers = estimate_replay(store, run, meta, workers=1, script=_script_of(command), threads=1, gpus=gpus,
+        workers = estimate_replay(store, run, meta, workers=1, script=script_of(command), threads=1, gpus=gpus,
                                   within=select(n, epoch_range) if epoch_range else None).fastest[0]
         args.workers = workers
     return max(1, cores() // workers)

@@ -53,7 +53,7 @@ from .records import read_launch_record, read_summary
 from .report import merged_summary
 from .workers import WorkerState, failure
 
-__all__ = ["Launch", "abort_launches", "detect_gpus", "run_launch", "start_error", "stop_workers"]
+__all__ = ["Launch", "abort_launches", "detect_gpus", "run_launch", "script_of", "start_error", "stop_workers"]
 
 #: seconds a worker asked to stop may take to end by itself (its summary, a bounded flush)
 STOP_GRACE_S = 30.0
@@ -84,7 +84,7 @@ def detect_gpus(spec: str, env: dict[str, str] | None = None) -> list[str]:
     return [str(i) for i, line in enumerate(row for row in out.splitlines() if row.startswith("GPU "))]
 
 
-def _script_of(command: Sequence[str]) -> Path | None:
+def script_of(command: Sequence[str]) -> Path | None:
     for word in command[1:] if len(command) > 1 else command:
         if word.endswith(".py"):
             return Path(word)
@@ -150,7 +150,7 @@ class Launch:
         self.gpus, self.strong, self.threads = gpus, strong, threads
         self.epoch_range = epoch_range
         self.out, self.err = out, err
-        self.script = _script_of(command)
+        self.script = script_of(command)
         n_epochs = self.meta.epochs
         if n_epochs == 0:
             raise ConfigError(f"run {run} of {store.name} recorded no finished epoch "
@@ -184,8 +184,8 @@ class Launch:
         self.replay_id, self.resumed = ((str(earlier["replay"]), True) if earlier is not None
                                         else (new_replay_id(), False))
         self.states = [WorkerState(w, self.estimate.plans[w]) for w in range(self.workers)]
-        self._lock = threading.Lock()  # the output threads and the progress bar share the streams
-        self._bar: Any = None  # tqdm's bar while the workers run
+        self.lock = threading.Lock()  # the output threads and the progress bar share the streams
+        self.bar: Any = None  # tqdm's bar while the workers run
         self._said: set[str] = set()  # the workers' notes shown so far: each is shown once
         self.started = time.time()
         self.tag = ""  # before each worker's [wN] prefix: a sweep names the run there
@@ -286,15 +286,15 @@ class Launch:
 
     def _emit(self, stream: TextIO, text: str) -> None:
         """Write ``text`` above the progress bar (tqdm clears it and draws it again below)."""
-        with self._lock:
-            if self._bar is not None:
-                self._bar.clear()
+        with self.lock:
+            if self.bar is not None:
+                self.bar.clear()
             stream.write(text)
             stream.flush()
-            if self._bar is not None:
-                self._bar.refresh()
+            if self.bar is not None:
+                self.bar.refresh()
 
-    def _pump(self, state: WorkerState) -> None:
+    def pump(self, state: WorkerState) -> None:
         """The one output thread of a worker, whatever runs it: prefix, print and keep its tail."""
         assert state.handle is not None  # started
         view = WorkerOutput(self.replay_id, self._said)  # no bar redraws, no repeated notes, no own summary
@@ -323,13 +323,13 @@ class Launch:
 
     def show_progress(self) -> None:
         """Move the bar to the epochs done (read from the workers' epoch marks) and the ETA."""
-        bar = self._bar
+        bar = self.bar
         if bar is None or bar.disable:  # not a terminal: no bar, nothing to compute
             return
         done = sum(len(s.plan.segment) if s.skipped else min(s.done_epochs, len(s.plan.segment)) for s in self.states)
         running = sum(1 for s in self.states if s.spawned and s.rc is None)
         eta = self._eta()
-        with self._lock:
+        with self.lock:
             bar.n = done
             bar.set_postfix_str(f"{running}/{self.workers} workers running, "
                                 f"{'finishing' if eta is None else 'ETA ' + clock(eta)}", refresh=False)
@@ -372,7 +372,7 @@ class Launch:
         executor.open()
         pending = self.prepare()
         total = sum(len(s.plan.segment) for s in self.states)
-        self._bar = progress(total, f"replay {self.replay_id}", stream=self.err, unit="epoch",
+        self.bar = progress(total, f"replay {self.replay_id}", stream=self.err, unit="epoch",
                              bar_format="{desc}: |{bar}| {n_fmt}/{total_fmt} epochs{postfix}")  # ETA: ours
         pumps: list[threading.Thread] = []
         for s in pending:
@@ -381,7 +381,7 @@ class Launch:
                 s.handle = executor.start(s.index, self.command, self.env(s.index), threads=self.estimate.threads)
             except Exception as exc:  # whatever the executor raised, the record must not stay "running"
                 raise abort_launches([self], pending, pumps, start_error(s, exc)) from exc
-            pumps.append(threading.Thread(target=self._pump, args=(s,), daemon=True, name=f"flor-w{s.index}"))
+            pumps.append(threading.Thread(target=self.pump, args=(s,), daemon=True, name=f"flor-w{s.index}"))
             pumps[-1].start()
         try:
             while any(s.rc is None for s in pending):
@@ -408,10 +408,10 @@ class Launch:
         for s in pending:
             s.read_marks(self.marks(s))
         self.show_progress()
-        with self._lock:
-            if self._bar is not None:
-                self._bar.close()
-                self._bar = None
+        with self.lock:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
         return self.finish(pending)[0]
 
     def finish(self, pending: list[WorkerState], *, show: bool = True) -> tuple[int, dict[str, Any]]:
@@ -491,10 +491,10 @@ def abort_launches(launches: Sequence[Launch], states: Sequence[WorkerState], pu
     for t in pumps:
         t.join(timeout=2.0)
     for launch in launches:
-        with launch._lock:
-            if launch._bar is not None:
-                launch._bar.close()
-                launch._bar = None
+        with launch.lock:
+            if launch.bar is not None:
+                launch.bar.close()
+                launch.bar = None
         launch.write_record("failed", error=reason)
     stopped = sum(1 for s in states if s.handle is not None)
     ids = ", ".join(launch.replay_id for launch in launches)

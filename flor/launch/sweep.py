@@ -223,7 +223,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
         launch = Launch(store, sr.run, sr.command, workers=min(per_run, max(1, sr.meta.epochs)), gpus=gpus,
                         epoch_range=None, strong=strong, threads=threads, fresh=fresh, out=out, err=err,
                         keep_finished=True, verdict=verdict)
-        launch.tag, launch.extra_env, launch._lock = f"r{i} ", sr.env, lock
+        launch.tag, launch.extra_env, launch.lock = f"r{i} ", sr.env, lock
         launches.append((sr, launch))
     executor.open()
     queue: list[tuple[Launch, WorkerState]] = []
@@ -235,7 +235,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
     bar = progress(total, f"sweep replay of {store.name}", stream=err, unit="epoch",
                    bar_format="{desc}: |{bar}| {n_fmt}/{total_fmt} epochs{postfix}")
     for _, launch in launches:
-        launch._bar = bar
+        launch.bar = bar
     pumps: list[threading.Thread] = []
     free = list(range(pool))
     try:
@@ -260,7 +260,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
                     raise abort_launches([L for _, L in launches], [x for _, x, _ in started], pumps,
                                          f"run {launch.run}: {start_error(s, exc)}") from exc
                 started.append((launch, s, slot))
-                pumps.append(threading.Thread(target=launch._pump, args=(s,), daemon=True))
+                pumps.append(threading.Thread(target=launch.pump, args=(s,), daemon=True))
                 pumps[-1].start()
             done = sum(len(s.plan.segment) if s.skipped else min(s.done_epochs, len(s.plan.segment))
                        for _, L in launches for s in L.states)
@@ -282,7 +282,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
                     for _, L in launches for s in L.states)
         bar.close()
     for _, launch in launches:
-        launch._bar = None
+        launch.bar = None
     return _conclude(store, plan, launches, out, err)
 
 

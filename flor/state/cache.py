@@ -26,10 +26,10 @@ import torch
 from ..store.local import DIRECT_MIN
 from ..store.manifest import canonical_json
 from ..store.writer import give_turn
-from .nodes import _PRIMITIVE_SET, _dataclass_attrs, _module_parts, _object_attrs
-from .pending import Pending, _empty_like, _side_stream, _tensor_bytes
+from .nodes import PRIMITIVE_SET, dataclass_attrs, module_parts, node_attrs
+from .pending import Pending, empty_buffers_like, side_stream, tensor_bytes
 
-__all__ = ["TreeCache"]
+__all__ = ["TreeCache", "array_bytes"]
 
 
 def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, direct: bool = True) -> bool:
@@ -42,7 +42,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
     walk as over its ``state_dict()``, without building one (a third of the snapshot's fixed
     cost for the digits CNN; ``TreeCache.first`` checks it against the full encoding)."""
     t = type(obj)
-    if t in _PRIMITIVE_SET:
+    if t in PRIMITIVE_SET:
         sig.append(t)
         vals.append(obj)
         return True
@@ -66,7 +66,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         tensors.append(state)
         return True
     if t is _NDARRAY:  # the encoder's "ndarray" node: dtype and shape, its bytes a leaf (a uint8 view here)
-        data = _array_bytes(obj)
+        data = array_bytes(obj)
         if data is None:
             return False
         sig.append((t, obj.dtype.str, obj.shape))
@@ -91,7 +91,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
                 return True
         keys = tuple(obj)
         types = tuple(map(type, keys))
-        if not _PRIMITIVE_SET.issuperset(types):
+        if not PRIMITIVE_SET.issuperset(types):
             return False
         meta = None if t is dict else getattr(obj, "_metadata", None)  # a plain dict has no attributes
         sig.append((t, keys, types, meta is not None))
@@ -110,7 +110,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         sig.append(t)
         return _flatten(obj.get_state(legacy=False), sig, vals, tensors, depth + 1, direct)
     if isinstance(obj, torch.nn.Module):
-        frozen, evaluating, aux = _module_parts(obj)
+        frozen, evaluating, aux = module_parts(obj)
         vals.append(frozen)  # the node's "frozen" and "eval", before its state (``_build``'s order)
         vals.append(evaluating)
         if aux:  # then its "aux"
@@ -131,7 +131,7 @@ def _flatten(obj: Any, sig: list, vals: list, tensors: list, depth: int = 0, dir
         if kind is None or callable(obj) or type(getattr(obj, "__dict__", None)) is not dict:
             return False
         sig.append((t, kind))
-        return _flatten(_dataclass_attrs(obj) if kind == "dataclass" else _object_attrs(obj), sig, vals, tensors,
+        return _flatten(dataclass_attrs(obj) if kind == "dataclass" else node_attrs(obj), sig, vals, tensors,
                         depth + 1, direct)
     elif isinstance(obj, _ENCODED_OTHERWISE):
         return False  # (any other class with state_dict and load_state_dict: the encoder's "stateful")
@@ -182,7 +182,7 @@ def _plain_list(obj: list | tuple) -> list | None:
     >>> _plain_list([1, 2.5, None, np.float64(0.5)]), _plain_list([(1, 0.5), [2, "a"]]), _plain_list([1, [2, [3]]])
     ([1, 2.5, None, 0.5], [{'t': 'tuple', 'v': [1, 0.5]}, {'t': 'list', 'v': [2, 'a']}], None)
     """
-    if _PRIMITIVE_SET.issuperset(map(type, obj)):  # the usual history: one pass in C, then a copy
+    if PRIMITIVE_SET.issuperset(map(type, obj)):  # the usual history: one pass in C, then a copy
         return list(obj)
     out = []
     for x in obj:
@@ -204,7 +204,7 @@ def _inline(x: Any) -> Any:
     """``x`` as the encoder writes it inline (a primitive, an np.float64 as a float:
     ``_as_base``), or ``_NO``."""
     t = type(x)
-    return x if t in _PRIMITIVE_SET else float.__float__(x) if t is np.float64 else _NO
+    return x if t in PRIMITIVE_SET else float.__float__(x) if t is np.float64 else _NO
 
 
 def _epoch_dict(obj: dict) -> tuple[list, list] | None:
@@ -249,7 +249,7 @@ _Random, _NpGenerator, _RandomState, _NDARRAY = random.Random, np.random.Generat
 _Deque = collections.deque
 
 
-def _array_bytes(a: np.ndarray) -> torch.Tensor | None:
+def array_bytes(a: np.ndarray) -> torch.Tensor | None:
     """A C-contiguous, writable, non-empty NumPy array's bytes as a uint8 tensor over its memory,
     shaped as the encoder's copy of it (the last axis in bytes; a 0-d array's as one axis);
     None where the walk leaves the array to the encoder (object dtype, another byte order, a
@@ -342,7 +342,7 @@ def _module(m: Any, sig: list, vals: list, tensors: list) -> bool | None:
     prefixes = tuple(metadata[::2])
     sig.append((dict, prefixes, (str,) * len(prefixes), False))
     for version in metadata[1::2]:
-        if type(version) not in _PRIMITIVE_SET:
+        if type(version) not in PRIMITIVE_SET:
             return False
         sig.append(_VERSION_SIG)
         sig.append(type(version))
@@ -363,7 +363,7 @@ def _scheduler(obj: Any, sig: list, vals: list, tensors: list, depth: int, direc
         return None
     keys = tuple([k for k in obj.__dict__ if k != "optimizer"])
     types = tuple(map(type, keys))
-    if not _PRIMITIVE_SET.issuperset(types):
+    if not PRIMITIVE_SET.issuperset(types):
         return False
     sig.append(type(obj))
     sig.append((dict, keys, types, False))
@@ -394,7 +394,7 @@ def _optimizer(opt: Any, sig: list, vals: list, tensors: list, depth: int, direc
     except KeyError:
         return None  # state for a parameter in no group: state_dict raises
     types = tuple(map(type, keys))
-    if not _PRIMITIVE_SET.issuperset(types):
+    if not PRIMITIVE_SET.issuperset(types):
         return False
     sig.append(type(opt))
     sig.append(_OPTIMIZER_SIG)
@@ -406,7 +406,7 @@ def _optimizer(opt: Any, sig: list, vals: list, tensors: list, depth: int, direc
     for group in groups:
         names = (*(k for k in group if k != "params"), "params")
         types = tuple(map(type, names))
-        if not _PRIMITIVE_SET.issuperset(types):
+        if not PRIMITIVE_SET.issuperset(types):
             return False
         sig.append((dict, names, types, False))
         for k, v in group.items():
@@ -805,23 +805,23 @@ class _BufferSet(list):
 
     def views(self) -> list[memoryview]:
         if self._views is None:
-            self._views = [_tensor_bytes(t) for t in self]
+            self._views = [tensor_bytes(t) for t in self]
         return self._views
 
 
 def _fresh_like(like: list[torch.Tensor], devices: _Devices = None) -> list[torch.Tensor]:
     """New contiguous CPU buffers shaped like ``like``: ``empty_like`` where a buffer is too
-    small to be written around the page cache, page-aligned (``_empty_like``) where not. ~3x
+    small to be written around the page cache, page-aligned (``empty_buffers_like``) where not. ~3x
     cheaper than making each from the template's shape and dtype name, as before (0.11 against
     0.36 ms hot for the digits CNN's 32 tensors). Those for CUDA tensors (at the positions
     ``devices`` lists) are pinned, so that their copies run asynchronously (``_copy``)."""
     if devices is None:
         return [torch.empty_like(t, memory_format=torch.contiguous_format) if t.numel() * t.element_size() < DIRECT_MIN
-                else _empty_like(t.shape, t.dtype) for t in like]
+                else empty_buffers_like(t.shape, t.dtype) for t in like]
     pinned = {i for _, at in devices for i in at}
     return [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) if i in pinned
             else torch.empty(t.shape, dtype=t.dtype) if t.numel() * t.element_size() < DIRECT_MIN
-            else _empty_like(t.shape, t.dtype) for i, t in enumerate(like)]
+            else empty_buffers_like(t.shape, t.dtype) for i, t in enumerate(like)]
 
 
 #: a template's CUDA tensors: their positions in the walk's list, by device (None: all on the CPU)
@@ -855,7 +855,7 @@ def _copy(dsts: list[torch.Tensor], tensors: list[torch.Tensor], devices: _Devic
             torch._foreach_copy_([dsts[i] for i in cpu], [tensors[i] for i in cpu])
         events = []
         for device, at in devices:
-            stream = _side_stream(device)
+            stream = side_stream(device)
             current = torch.cuda.current_stream(device)
             stream.wait_stream(current)
             with torch.cuda.stream(stream):

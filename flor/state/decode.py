@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError, FlorError, StateError
-from ..leaves import LEAF_KINDS, decode_leaf, find_class
+from ..leaves import LEAF_KINDS, decode_leaf, find_class, qualname
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS, dense_stride
-from .nodes import Loader, _TORCH_DTYPES, _qualname, _set_eval, _set_frozen
-from .rng import _as_tuple, restore_rng
+from .nodes import Loader, DTYPES, set_eval, set_frozen
+from .rng import as_tuple, restore_rng
 
 __all__ = ["PickleTrust", "REFUSE_PICKLES", "decode", "restore", "restore_all"]
 
@@ -55,7 +55,7 @@ _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu")
 
 
 def _torch_dtype(name: Any, path: str) -> torch.dtype:
-    dtype = _TORCH_DTYPES.get(name) if isinstance(name, str) else None
+    dtype = DTYPES.get(name) if isinstance(name, str) else None
     if dtype is None:
         raise CheckpointError(f"{path or 'a tensor'}: dtype {name!r:.40} is not one flor stores; the checkpoint "
                               "is damaged")
@@ -277,15 +277,15 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             if not callable(getattr(live, "load_state_dict", None)):
                 raise StateError(
                     f"{path} was recorded as a {node['cls']} with state_dict(); now it is a "
-                    f"{_qualname(live)}: pass SkipBlock.end the same objects, in the same order, as when recording"
+                    f"{qualname(live)}: pass SkipBlock.end the same objects, in the same order, as when recording"
                 )
             state = _decode(node["v"], load, False, path, pickles)
             if isinstance(live, torch.optim.Optimizer):
                 _same_groups(live, state, path)
             live.load_state_dict(state)
             if "frozen" in node and isinstance(live, torch.nn.Module):  # a module's node: both lists (checked)
-                _set_frozen(live, node["frozen"])
-                _set_eval(live, node["eval"])
+                set_frozen(live, node["frozen"])
+                set_eval(live, node["eval"])
             if "aux" in node and isinstance(live, torch.nn.Module):
                 _restore_module_tensors(live, node["aux"], load, path)
             return live
@@ -344,7 +344,7 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
             return gen
         if kind == "pyrandom":
             target = live if isinstance(live, random.Random) else random.Random()
-            target.setstate(_as_tuple(_decode(node["v"], load, False, path, pickles)))
+            target.setstate(as_tuple(_decode(node["v"], load, False, path, pickles)))
             return target
         if kind == "nprandomstate":
             np_target = live if isinstance(live, np.random.RandomState) else np.random.RandomState()
@@ -356,7 +356,7 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
         if kind == "npbitgen" and type(live).__name__ == node.get("cls") and isinstance(live, np.random.BitGenerator):
             live.state = _decode(node["v"], load, False, path, pickles)
             return live
-        if kind == "dataclass" and live is not None and _qualname(live) == node["cls"] \
+        if kind == "dataclass" and live is not None and qualname(live) == node["cls"] \
                 and dataclasses.is_dataclass(live) and not cast(Any, type(live)).__dataclass_params__.frozen:
             return _fill(live, node, load, path, pickles, in_place=True)
         if kind == "object":
@@ -378,7 +378,7 @@ def _restore(live: Any, node: Any, load: Loader, path: str, pickles: PickleTrust
 
 def _restore_module_tensors(module: torch.nn.Module, node: Any, load: Loader, path: str) -> None:
     """Put back a module's tensors outside its state_dict (a "stateful" node's "aux":
-    ``_module_parts``), after its state_dict. The names come from a store: each must reach,
+    ``module_parts``), after its state_dict. The names come from a store: each must reach,
     through submodules only, a non-persistent buffer or a tensor attribute the module has now;
     another (a parameter, a method, a name the script no longer has) is left alone, never
     created.
@@ -438,7 +438,7 @@ def _same_groups(live: torch.optim.Optimizer, state: Any, path: str) -> None:
     if recorded == now:
         return
     raise StateError(
-        f"{path or 'the optimizer'} ({_qualname(live)}) had {len(recorded)} parameter group(s) of {recorded} "
+        f"{path or 'the optimizer'} ({qualname(live)}) had {len(recorded)} parameter group(s) of {recorded} "
         f"parameters at this checkpoint and has {len(now)} of {now} now: code that changes the optimizer "
         "(add_param_group, a group's params) ran in the recording before this checkpoint but not in this "
         "replay, inside a block that was restored or in an epoch this worker skipped. Make the change follow "

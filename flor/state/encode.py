@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from ..errors import StateError, warn
-from ..leaves import encode_leaf, sort_key
+from ..leaves import encode_leaf, qualname, sort_key
 from ..store.manifest import DEFAULT_FACTORIES, NP_BITGENS, NP_KINDS, dense_stride
-from .cache import TreeCache, _array_bytes
-from .nodes import _PRIMITIVE_SET, _PRIMITIVES, _dataclass_attrs, _module_parts, _object_attrs, _qualname
-from .pending import BufferPool, Pending, _is_plain_tensor, _side_stream
+from .cache import TreeCache, array_bytes
+from .nodes import PRIMITIVE_SET, PRIMITIVES, dataclass_attrs, module_parts, node_attrs
+from .pending import BufferPool, Pending, is_plain_tensor, side_stream
 from .rng import NumpyRaw, settled
 
 __all__ = ["snapshot", "snapshot_rng"]
@@ -41,7 +41,7 @@ class _Encoder:
         """Device-to-host copy on a side stream; the training stream waits for it on the GPU
         (not the host) before it may change ``src`` again."""
         if self._stream is None:
-            self._stream = _side_stream(src.device)
+            self._stream = side_stream(src.device)
             self._stream.wait_stream(torch.cuda.current_stream(src.device))
         with torch.cuda.stream(self._stream):
             dst.copy_(src, non_blocking=True)
@@ -56,7 +56,7 @@ class _Encoder:
         return self.pending
 
     def tensor(self, t: torch.Tensor, path: str) -> dict:
-        if not _is_plain_tensor(t):
+        if not is_plain_tensor(t):
             return self.pickled(t, path)
         dtype = t.dtype
         name = _DTYPE_NAMES.get(dtype)
@@ -101,11 +101,11 @@ class _Encoder:
             data = cloudpickle.dumps(obj)
         except Exception as exc:  # any pickling failure means: this object cannot be captured
             raise StateError(
-                f"cannot capture {path} of type {_qualname(obj)}: it is not a tensor, container, "
+                f"cannot capture {path} of type {qualname(obj)}: it is not a tensor, container, "
                 f"stateful object or picklable value ({exc}); pass its state_dict-bearing owner "
                 "to SkipBlock.end instead"
             ) from exc
-        cls = _qualname(obj)
+        cls = qualname(obj)
         if self.copy and cls not in _PICKLED_TYPES:  # recording: say it once per type
             _PICKLED_TYPES.add(cls)
             warn("FL111", f"{path or 'a value'} is a {cls}, which flor can store only with pickle; a replay loads it "
@@ -123,14 +123,14 @@ class _Encoder:
 
     def encode(self, obj: Any, path: str) -> Any:
         t = type(obj)
-        if t in _PRIMITIVE_SET:
+        if t in PRIMITIVE_SET:
             return obj
         if t is _TENSOR or t is _PARAMETER:  # (no leaf, nor a container: the common case first)
             return self.tensor(obj, path)
         leaf = encode_leaf(obj)  # before the primitives: an IntEnum is an int, but keeps its type
         if leaf is not None:
             return leaf
-        if isinstance(obj, _PRIMITIVES):  # a subclass (np.float64, np.str_): as its base type, the type a
+        if isinstance(obj, PRIMITIVES):  # a subclass (np.float64, np.str_): as its base type, the type a
             return _as_base(obj)          # recorded tree reads back as (replay compares types exactly)
         if type(obj) in (bytes, bytearray):
             return self.raw(type(obj).__name__, bytes(obj))
@@ -149,7 +149,7 @@ class _Encoder:
             node = {"t": "ndarray", "dtype": obj.dtype.str, "shape": list(obj.shape)}
             if self.tree_only:  # its bytes as the fast walk reads them (None where it does not)
                 # a tree_only Pending is only compared (cache._agrees), never stored: a None tensor is allowed
-                self.pending.tensors.append((node, _array_bytes(obj)))  # type: ignore[arg-type]
+                self.pending.tensors.append((node, array_bytes(obj)))  # type: ignore[arg-type]
                 return node
             data = np.ascontiguousarray(obj).copy()
             if not obj.size:
@@ -177,13 +177,13 @@ class _Encoder:
 
     def _pairs(self, obj: dict, path: str) -> dict:
         """A mapping node's ``"k"`` and ``"v"``."""
-        plain = _PRIMITIVE_SET  # (a primitive stands for itself: no call, no path)
+        plain = PRIMITIVE_SET  # (a primitive stands for itself: no call, no path)
         return {"k": [k if type(k) in plain else self.encode(k, f"{path}.<key>") for k in obj],
                 "v": [v if type(v) in plain else self.encode(v, f"{path}.{k}") for k, v in obj.items()]}
 
     def _encode_container(self, obj: Any, path: str) -> Any:
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-            if all(type(x) in _PRIMITIVES for x in obj):  # fast path: e.g. Python's RNG state
+            if all(type(x) in PRIMITIVES for x in obj):  # fast path: e.g. Python's RNG state
                 return {"t": type(obj).__name__, "v": list(obj)}
             return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}[{i}]") for i, x in enumerate(obj)]}
         if isinstance(obj, dict) and type(obj) in (dict, OrderedDict):
@@ -211,24 +211,24 @@ class _Encoder:
             items = sorted(obj, key=sort_key)
             return {"t": type(obj).__name__, "v": [self.encode(x, f"{path}{{}}") for x in items]}
         if isinstance(obj, tuple) and isinstance(fields := getattr(type(obj), "_fields", None), tuple):
-            return {"t": "namedtuple", "cls": _qualname(obj), "k": list(fields),
+            return {"t": "namedtuple", "cls": qualname(obj), "k": list(fields),
                     "v": [self.encode(x, f"{path}.{k}") for k, x in zip(fields, obj)]}
         if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
             if isinstance(obj, torch.nn.Module):
-                frozen, evaluating, aux = _module_parts(obj)
-                node = {"t": "stateful", "cls": _qualname(obj), "frozen": frozen, "eval": evaluating}
+                frozen, evaluating, aux = module_parts(obj)
+                node = {"t": "stateful", "cls": qualname(obj), "frozen": frozen, "eval": evaluating}
                 if aux:  # before "v": the fast walk's order (``flor.state.cache``)
                     node["aux"] = self.encode(aux, f"{path}.<aux>")
                 node["v"] = self.encode(obj.state_dict(), path)
                 return node
-            return {"t": "stateful", "cls": _qualname(obj), "v": self.encode(obj.state_dict(), path)}
+            return {"t": "stateful", "cls": qualname(obj), "v": self.encode(obj.state_dict(), path)}
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            return {"t": "dataclass", "cls": _qualname(obj), "v": self.encode(_dataclass_attrs(obj), path)}
+            return {"t": "dataclass", "cls": qualname(obj), "v": self.encode(dataclass_attrs(obj), path)}
         if isinstance(obj, (list, tuple, dict, set, frozenset, deque)):  # a Counter, a defaultdict of a lambda, a
             # deque subclass: their vars() miss the data
             return self.pickled(obj, path)
         if hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
-            return {"t": "object", "cls": _qualname(obj), "v": self.encode(_object_attrs(obj), path)}
+            return {"t": "object", "cls": qualname(obj), "v": self.encode(node_attrs(obj), path)}
         return self.pickled(obj, path)
 
 

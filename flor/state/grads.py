@@ -23,7 +23,7 @@ import torch
 from ..errors import CheckpointError, StateError
 from .decode import decode
 from .nodes import Loader
-from .pending import _is_plain_tensor
+from .pending import is_plain_tensor
 
 __all__ = ["module_grads", "modules_among", "restore_grads"]
 
@@ -48,7 +48,7 @@ def module_grads(objs: Any) -> dict[str, dict[str, torch.Tensor]]:
     for where, module in modules_among(objs):
         grads = {name: p.grad for name, p in module.named_parameters() if p.grad is not None}
         for name, g in grads.items():
-            if not _is_plain_tensor(g):  # it would be pickled, and a replay loads no pickle unasked
+            if not is_plain_tensor(g):  # it would be pickled, and a replay loads no pickle unasked
                 raise StateError(f"the gradient of {name} is a {g.layout} tensor, which flor does not store")
         out[where] = grads
     return out

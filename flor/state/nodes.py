@@ -11,25 +11,21 @@ import torch
 import torch.utils.data
 
 from ..store.manifest import TORCH_DTYPES
-from .pending import _is_plain_tensor
+from .pending import is_plain_tensor
 
-__all__ = ["Loader"]
+__all__ = ["DTYPES", "Loader", "PRIMITIVES", "PRIMITIVE_SET", "dataclass_attrs", "module_parts", "node_attrs",
+           "set_eval", "set_frozen"]
 
 
-_PRIMITIVES = (type(None), bool, int, float, str)
-_PRIMITIVE_SET = frozenset(_PRIMITIVES)
-_TORCH_DTYPES: dict[str, torch.dtype] = {n: getattr(torch, n) for n in TORCH_DTYPES if hasattr(torch, n)}
+PRIMITIVES = (type(None), bool, int, float, str)
+PRIMITIVE_SET = frozenset(PRIMITIVES)
+DTYPES: dict[str, torch.dtype] = {n: getattr(torch, n) for n in TORCH_DTYPES if hasattr(torch, n)}
 
 #: reads a blob's verified bytes by hash (a replay: a dict of the checkpoint's blobs, ``.__getitem__``)
 Loader = Callable[[str], bytes]
 
 
-def _qualname(obj: Any) -> str:
-    cls = type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _dataclass_attrs(obj: Any) -> dict:
+def dataclass_attrs(obj: Any) -> dict:
     """A dataclass instance's fields (those set), then what else its ``__dict__`` holds: the
     "dataclass" node's attributes, for the encoder and the fast walk alike."""
     attrs = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)}
@@ -43,7 +39,7 @@ def _dataclass_attrs(obj: Any) -> dict:
 _LOADER_TRANSIENT = frozenset({"_iterator"})
 
 
-def _object_attrs(obj: Any) -> dict:
+def node_attrs(obj: Any) -> dict:
     """An "object" node's attributes, for the encoder and the fast walk alike: its ``__dict__``,
     but a DataLoader's live iterator, which cannot be stored and which restoring must not
     replace."""
@@ -54,7 +50,7 @@ def _object_attrs(obj: Any) -> dict:
     return attrs
 
 
-def _module_parts(module: torch.nn.Module) -> tuple[list[str], list[str], dict[str, torch.Tensor]]:
+def module_parts(module: torch.nn.Module) -> tuple[list[str], list[str], dict[str, torch.Tensor]]:
     """What a module's "stateful" node keeps besides its ``state_dict``, in one walk of its
     submodules (a checkpoint's fixed cost: about 2 µs a submodule):
 
@@ -76,10 +72,10 @@ def _module_parts(module: torch.nn.Module) -> tuple[list[str], list[str], dict[s
     >>> net[0].register_buffer("seen", torch.zeros(()), persistent=False)
     >>> net[0].scale = torch.ones(2)
     >>> _ = net[1].eval(), net[0].bias.requires_grad_(False)
-    >>> frozen, evaluating, aux = _module_parts(net)
+    >>> frozen, evaluating, aux = module_parts(net)
     >>> frozen, evaluating, list(aux)
     (['0.bias'], ['1'], ['0.seen', '0.scale'])
-    >>> _module_parts(net.eval())[1]
+    >>> module_parts(net.eval())[1]
     ['', '0', '1']
     """
     frozen: list[str] = []
@@ -99,15 +95,15 @@ def _module_parts(module: torch.nn.Module) -> tuple[list[str], list[str], dict[s
         seen.add(id(m))
         for name in m._non_persistent_buffers_set:
             b = m._buffers.get(name)
-            if b is not None and _is_plain_tensor(b):
+            if b is not None and is_plain_tensor(b):
                 aux[dot + name] = b
         for name, v in m.__dict__.items():
-            if type(v) is tensor and not name.startswith("__") and _is_plain_tensor(v):
+            if type(v) is tensor and not name.startswith("__") and is_plain_tensor(v):
                 aux[dot + name] = v
     return frozen, evaluating, aux
 
 
-def _set_eval(module: torch.nn.Module, names: list[str]) -> None:
+def set_eval(module: torch.nn.Module, names: list[str]) -> None:
     """Put an "eval" list back: each submodule it names is in eval mode, every other in training
     mode, set module by module as recorded (not through ``train()``, which a module may override)."""
     evaluating = set(names)
@@ -115,7 +111,7 @@ def _set_eval(module: torch.nn.Module, names: list[str]) -> None:
         m.training = prefix not in evaluating
 
 
-def _set_frozen(module: torch.nn.Module, frozen: list[str]) -> None:
+def set_frozen(module: torch.nn.Module, frozen: list[str]) -> None:
     """Put a "frozen" list back: every parameter it names stops requiring grad, every other
     floating-point or complex one requires it (integer parameters cannot)."""
     names = set(frozen)

@@ -20,7 +20,8 @@ from ..store.local import DIRECT_MIN, PAGE, address
 from ..store.writer import give_turn
 from ..store.manifest import canonical_json
 
-__all__ = ["BufferPool", "PACK_ALL_BYTES", "PACK_LEAF_BYTES", "PackIndex", "Pending", "hash_and_pack"]
+__all__ = ["BufferPool", "PACK_ALL_BYTES", "PACK_LEAF_BYTES", "PackIndex", "Pending", "empty_buffers_like",
+           "hash_and_pack", "is_plain_tensor", "side_stream", "tensor_bytes"]
 
 
 #: dtypes NumPy has: their tensors' bytes are one ``numpy()`` away (~3 us rather than ~8 us
@@ -29,7 +30,7 @@ _NUMPY_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, tor
                            torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128})
 
 
-def _tensor_bytes(t: torch.Tensor) -> memoryview:
+def tensor_bytes(t: torch.Tensor) -> memoryview:
     """The raw bytes of a contiguous CPU tensor, without a copy."""
     if t.numel() == 0:
         return memoryview(b"")
@@ -49,7 +50,7 @@ def _aligned_empty(nbytes: int) -> torch.Tensor:
     return raw[start:start + nbytes]
 
 
-def _empty_like(shape: Any, dtype: torch.dtype) -> torch.Tensor:
+def empty_buffers_like(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialized contiguous CPU tensor, in an ``_aligned_empty`` buffer."""
     shape = [int(d) for d in shape]
     nbytes = torch.Size(shape).numel() * dtype.itemsize
@@ -58,7 +59,7 @@ def _empty_like(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     return _aligned_empty(nbytes).view(dtype).view(shape)
 
 
-def _is_plain_tensor(t: torch.Tensor) -> bool:
+def is_plain_tensor(t: torch.Tensor) -> bool:
     return t.layout == torch.strided and not t.is_quantized and not t.is_nested
 
 
@@ -174,7 +175,7 @@ class Pending:
         if self.buffer_set is not None:
             views = self.buffer_set.views()
             return [(node, view) for (node, _), view in zip(self.tensors, views)] + list(self.raw)
-        return [(node, _tensor_bytes(tensor)) for node, tensor in self.tensors] + list(self.raw)
+        return [(node, tensor_bytes(tensor)) for node, tensor in self.tensors] + list(self.raw)
 
     def release(self) -> None:
         """Give the pooled buffers back (after their bytes are stored); the tree stays."""
@@ -241,7 +242,7 @@ class PackIndex:
         if self._buffer is None or self._buffer.numel() < size:
             self._buffer = _aligned_empty(size + size // 8)  # room for a pack that grows a little
         self._lent = True
-        return _tensor_bytes(self._buffer[:size])
+        return tensor_bytes(self._buffer[:size])
 
     def give_back(self) -> None:
         """The pack lent last is written (or its write failed): its buffer may be reused."""
@@ -345,7 +346,7 @@ def _joined(chunks: list[memoryview | bytes], size: int, into: memoryview | None
     if into is None:
         if size < DIRECT_MIN:
             return b"".join(chunks)
-        into = _tensor_bytes(_aligned_empty(size))
+        into = tensor_bytes(_aligned_empty(size))
     base = address(into)  # None where read-only
     at = 0
     for chunk in chunks:
@@ -366,7 +367,7 @@ def _joined(chunks: list[memoryview | bytes], size: int, into: memoryview | None
 _STREAMS: dict[Any, Any] = {}
 
 
-def _side_stream(device: torch.device) -> Any:
+def side_stream(device: torch.device) -> Any:
     """The stream a snapshot's device-to-host copies run on, one per device."""
     if device not in _STREAMS:
         _STREAMS[device] = torch.cuda.Stream(device=device)

@@ -16,8 +16,8 @@ import torch
 
 from ..errors import ConfigError, StateError
 
-__all__ = ["RNG_BYTES", "NumpyRaw", "capture_rng", "cuda_offset", "cuda_undrawn", "restore_rng", "same_rng",
-           "settled"]
+__all__ = ["NumpyRaw", "RNG_BYTES", "as_tuple", "capture_rng", "cuda_offset", "cuda_undrawn", "restore_rng",
+           "same_rng", "settled"]
 
 
 #: about the bytes one capture_rng() holds on the CPU (Python 2.5 kB, NumPy 2.5 kB, torch 5 kB)
@@ -180,8 +180,8 @@ def _python_state(value: Any) -> tuple:
     return (value[0], tuple(words), value[2])
 
 
-def _as_tuple(x: Any) -> Any:
-    return tuple(_as_tuple(i) for i in x) if isinstance(x, (list, tuple)) else x
+def as_tuple(x: Any) -> Any:
+    return tuple(as_tuple(i) for i in x) if isinstance(x, (list, tuple)) else x
 
 
 class NumpyRaw:

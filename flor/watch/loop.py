@@ -93,12 +93,12 @@ class LoopFrame:
             elif type(value) not in SCALARS:
                 self.before[name] = identity_and_size(value)
         self.ignored |= self.targets
-        self.initial = {name: same_key(v) for name, v in self._plain().items()}
+        self.initial = {name: same_key(v) for name, v in self.plain().items()}
 
     def capture(self, passed: Iterable[int] = ()) -> dict[str, Any]:
         """``{"vars": {name: encoded}, "unrestorable": [names], "unchanged": [names]}`` of the
         frame now; unchanged: the variables that held their loop-start value at every capture."""
-        out = self._plain(passed)
+        out = self.plain(passed)
         initial, touched = self.initial, self.touched
         for name, value in out.items():
             if name not in touched and (name not in initial or same_key(value) != initial[name]):
@@ -106,7 +106,7 @@ class LoopFrame:
         return {"vars": out, "unrestorable": sorted(self.changed - out.keys()),
                 "unchanged": sorted(name for name in out if name not in touched)}
 
-    def _plain(self, passed: Iterable[int] = (), skip: Collection[int] = ()) -> dict[str, Any]:
+    def plain(self, passed: Iterable[int] = (), skip: Collection[int] = ()) -> dict[str, Any]:
         """``{name: encoded}`` of the frame's plain-data variables now, but for the containers
         whose ids are in ``skip`` (given to ``end()``: checkpointed, not encoded here); names the others."""
         out: dict[str, Any] = {}

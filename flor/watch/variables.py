@@ -62,7 +62,7 @@ class BlockVars:
                 lf.start(loop=False)
             else:
                 lf.frame = frame  # a block in a function: a new frame each call
-                lf.initial = compare_keys(lf._plain(skip=self.given.get(name, ())))
+                lf.initial = compare_keys(lf.plain(skip=self.given.get(name, ())))
             variables = lf.variables()
             self.globals_initial[name] = compare_keys(stored_globals(frame))
             self.attrs_initial[name] = {var: compare_keys(attrs)
@@ -92,7 +92,7 @@ class BlockVars:
         try:
             initial, now = lf.initial, lf.variables()
             given = self.given[name] = {id(o) for o in objs if type(o) in CONTAINERS}
-            plain = lf._plain(given, skip=given)
+            plain = lf.plain(given, skip=given)
             changed = {var: value for var, value in changed_entries(plain, initial).items()
                        if id(now.get(var)) not in given}
             passed = self.passed[name] = given_ids(objs) if passed is None else passed

@@ -155,3 +155,30 @@ def test_the_checker_sees_a_violation() -> None:
     # guard against a checker that passes everything: the engine really does import the store
     assert any(t.startswith("flor.store") for t in GRAPH["flor.engine.record"])
     assert _layer("flor.engine.record") > _layer("flor.store.blobs")
+
+
+def private_imports(module: str) -> list[str]:
+    """Private names (``_name``) ``module`` takes from another flor module: ``from .x import _y``
+    or ``as _z`` (``from .x import y as _y`` keeps a public name private: that is fine)."""
+    path = MODULES[module]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and _resolve(module, path, node).startswith("flor"):
+            found += [f"{_resolve(module, path, node)}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")
+                      and f"{_resolve(module, path, node)}.{a.name}" not in MODULES]  # a private module is fine
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_another_modules_private_names(module: str) -> None:
+    assert private_imports(module) == [], f"{module} imports private names: make them public in their module"
+
+
+def test_the_private_import_check_sees_one(tmp_path: Path) -> None:
+    MODULES["flor.fake_private"] = fake = tmp_path / "fake_private.py"
+    try:
+        fake.write_text("from .leaves import _zone, qualname\nfrom .leaves import _zone as _z\n")
+        assert private_imports("flor.fake_private") == ["flor.leaves._zone", "flor.leaves._zone"]
+    finally:
+        del MODULES["flor.fake_private"]
