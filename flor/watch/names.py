@@ -15,38 +15,28 @@ __all__ = ["NamesProbe", "block_site", "stale_at_end", "unbound_given"]
 
 def block_site(frame: FrameType | None) -> tuple[str, int, set[str]] | None:
     """Where a block is entered (file, line) and the names bound there, for ``stale_names`` and
-    ``unbound_given`` at its ``end()``. Never raises."""
-    try:
-        if frame is None:
-            return None
-        return frame.f_code.co_filename, frame.f_lineno, set(frame_variables(frame))
-    except Exception:  # noqa: BLE001 - advice only
+    ``unbound_given`` at its ``end()``. The Watch runner catches what it raises."""
+    if frame is None:
         return None
-
+    return frame.f_code.co_filename, frame.f_lineno, set(frame_variables(frame))
 
 
 def stale_at_end(site: tuple[str, int, set[str]] | None, frame: FrameType | None) -> list[str]:
-    """``stale_names`` of the block entered at ``site`` and ended in ``frame``, sorted. Never raises."""
-    try:
-        if site is None or frame is None or frame.f_code.co_filename != site[0]:
-            return []
-        tree = script_tree(frame)
-        return sorted(stale_names(tree, site[1], frame.f_lineno)) if tree is not None else []
-    except Exception:  # noqa: BLE001 - advice only
+    """``stale_names`` of the block entered at ``site`` and ended in ``frame``, sorted. The Watch
+    runner catches what it raises."""
+    if site is None or frame is None or frame.f_code.co_filename != site[0]:
         return []
-
+    tree = script_tree(frame)
+    return sorted(stale_names(tree, site[1], frame.f_lineno)) if tree is not None else []
 
 
 def unbound_given(site: tuple[str, int, set[str]] | None, frame: FrameType | None, objs: tuple) -> list[str]:
     """Names of ``frame`` bound to an object given to ``end(*objs)`` that were not bound when the
-    block was entered at ``site``, sorted. Never raises."""
-    try:
-        if site is None or frame is None:
-            return []
-        ids = {id(o) for o in objs}
-        return sorted(var for var, value in frame_variables(frame).items() if var not in site[2] and id(value) in ids)
-    except Exception:  # noqa: BLE001 - advice only
+    block was entered at ``site``, sorted. The Watch runner catches what it raises."""
+    if site is None or frame is None:
         return []
+    ids = {id(o) for o in objs}
+    return sorted(var for var, value in frame_variables(frame).items() if var not in site[2] and id(value) in ids)
 
 
 class NamesProbe(Probe):

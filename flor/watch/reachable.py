@@ -189,22 +189,16 @@ def watch_generators(variables: Mapping[str, Any]) -> list[tuple[str, Any, bytes
     """``(name, generator, fingerprint)`` of the script's own generators among ``variables``,
     taken as a block is first entered; ``drawn_generators`` compares them at its end. Never
     raises: nothing is watched then."""
-    try:
-        return [(name, gen, _fingerprint(gen)) for name, gen in generators(variables)]
-    except Exception:  # noqa: BLE001 - advice only
-        return []
+    return [(name, gen, _fingerprint(gen)) for name, gen in generators(variables)]
 
 
 def drawn_generators(watched: list[tuple[str, Any, bytes]], objs: tuple) -> list[tuple[str, Any, bytes]]:
     """``(name, generator, fingerprint now)`` of each generator in ``watched`` that the block drew
     from (its state changed) but that ``end(*objs)`` was not given (itself, or a DataLoader
-    holding it); ``warn_generators`` decides at the block's next entry. Never raises."""
-    try:
-        passed = given_ids(objs) | _held_generators(objs)
-        return [(var, gen, now) for var, gen, before in watched
-                if id(gen) not in passed for now in [_fingerprint(gen)] if now != before]
-    except Exception:  # noqa: BLE001 - advice only
-        return []
+    holding it); ``warn_generators`` decides at the block's next entry. The Watch runner catches what it raises."""
+    passed = given_ids(objs) | _held_generators(objs)
+    return [(var, gen, now) for var, gen, before in watched
+            if id(gen) not in passed for now in [_fingerprint(gen)] if now != before]
 
 
 # -- containers of the script's own ----------------------------------------------------------
@@ -216,34 +210,28 @@ _WATCHED_CONTAINERS = (list, dict, set, deque)
 def watch_containers(variables: Mapping[str, Any]) -> list[tuple[str, Any, int]]:
     """``(name, container, length)`` of each list, dict, set or deque among ``variables`` (a
     frame's), taken as a block is first entered; ``grown_containers`` looks at them at its end.
-    Never raises: nothing is watched then.
+    (The Watch runner catches what it raises.)
 
     >>> import sys
     >>> history = [0.5]
     >>> [(n, k) for n, _, k in watch_containers(sys._getframe().f_locals) if n == "history"]
     [('history', 1)]
     """
-    try:
-        return [(var, value, len(value)) for var, value in variables.items()
-                if not var.startswith("__") and isinstance(value, _WATCHED_CONTAINERS)]
-    except Exception:  # noqa: BLE001 - advice only
-        return []
+    return [(var, value, len(value)) for var, value in variables.items()
+            if not var.startswith("__") and isinstance(value, _WATCHED_CONTAINERS)]
 
 
 def grown_containers(watched: list[tuple[str, Any, int]], objs: tuple) -> list[tuple[str, str, int, int]]:
     """``(name, type, length before, length after)`` of each container in ``watched`` whose length
     the block changed (an ``append``, a new key) but that ``end(*objs)`` was not given (itself,
-    inside a container given, or an attribute of an object given). Never raises."""
-    try:
-        passed = given_ids(objs)
-        for o in objs:
-            own = getattr(o, "__dict__", None)
-            if type(own) is dict:
-                passed.update(id(v) for v in own.values())
-        return [(var, type(value).__name__, before, len(value)) for var, value, before in watched
-                if id(value) not in passed and len(value) != before]
-    except Exception:  # noqa: BLE001 - advice only
-        return []
+    inside a container given, or an attribute of an object given). The Watch runner catches what it raises."""
+    passed = given_ids(objs)
+    for o in objs:
+        own = getattr(o, "__dict__", None)
+        if type(own) is dict:
+            passed.update(id(v) for v in own.values())
+    return [(var, type(value).__name__, before, len(value)) for var, value, before in watched
+            if id(value) not in passed and len(value) != before]
 
 
 # -- the probes ------------------------------------------------------------------------------
