@@ -98,6 +98,21 @@ def _untracked(top: Path, exclude: list[Path]) -> tuple[str, list[str], list[str
     return "".join(patches), included, skipped
 
 
+def _in_git_tree(cwd: Path) -> bool:
+    """Whether ``cwd`` may be in a git work tree: a ``.git`` in it or a folder above, or ``GIT_DIR``
+    set (git itself decides then).
+
+    >>> _in_git_tree(Path("/"))
+    False
+    """
+    if os.environ.get("GIT_DIR"):
+        return True
+    try:
+        return any((folder / ".git").exists() for folder in (cwd.resolve(), *cwd.resolve().parents))
+    except OSError:
+        return True
+
+
 def git_info(script: str | None, exclude: list[Path] | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """(commit, branch, dirty) of the script's git tree, and the diff when dirty.
 
@@ -109,6 +124,8 @@ def git_info(script: str | None, exclude: list[Path] | None = None) -> tuple[dic
     store) are left out.
     """
     cwd = Path(script).parent if script and Path(script).is_file() else Path.cwd()
+    if not _in_git_tree(cwd):
+        return None, None  # no `git` process for a script outside any work tree
     commit = _run_git(cwd, "rev-parse", "HEAD")
     if commit is None:
         return None, None
@@ -219,12 +236,24 @@ def _gib(mib: str) -> float | None:
         return None
 
 
+def host_platform() -> str:
+    """``platform.platform()``'s text without the ``uname -p`` process it starts (a fork of the
+    training process at every recording's start): system, release, machine and C library.
+
+    >>> host_platform().startswith(platform.system())
+    True
+    """
+    libc, version = platform.libc_ver() if platform.system() == "Linux" else ("", "")
+    return "-".join(p for p in (platform.system(), platform.release(), platform.machine()) if p) + (
+        f"-with-{libc}{version}" if libc else "")
+
+
 def versions() -> dict[str, Any]:
     """Versions of flor, Python, NumPy, torch and CUDA, and the host; the GPUs are ``gpus()``."""
     from ._version import __version__
 
     out: dict[str, Any] = {
-        "flor": __version__, "python": platform.python_version(), "platform": platform.platform(),
+        "flor": __version__, "python": platform.python_version(), "platform": host_platform(),
         "host": socket.gethostname(), "executable": sys.executable,
     }
     try:
