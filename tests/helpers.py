@@ -174,7 +174,7 @@ class Runner:
         for pid in range(workers):
             proc = self.run(script, "--flor", name, f"--replay_flor={pid}/{workers}")
             assert "replay verified exact" in proc.stderr, proc.stderr
-            assert "changed outside the blocks" not in proc.stderr, proc.stderr  # none of these scripts' lines trains
+            assert "FL328" not in proc.stderr, proc.stderr  # none of these scripts' lines trains
             replay = proc.stderr.split("flor: replay ")[1].split()[0]
             got.update(values([x for x in self.logs(name) if x["replay"] == replay]))
         return got if names is None else {k: v for k, v in got.items() if k[0] in names}
@@ -222,6 +222,20 @@ def copy_of(recorded: Runner, tmp_path: Path) -> Runner:
     for script in recorded.cwd.glob("*.py"):
         shutil.copy(script, r.cwd / script.name)
     return r
+
+
+_CODE = re.compile(r"(?<![\"'\w])FL[0-9]{3}\b")  # not a quoted code: a warning's source line quotes it
+
+
+def said(text: str, *words: str) -> list[str]:
+    """The lines of ``text`` that carry one of the finding codes among ``words`` and every other
+    word: ``said(err, "FL204", "`out`")`` is the FL204 lines that name `out`, ``said(err, "FL201",
+    "FL203")`` every FL201 or FL203 line. Tests match codes, not sentences (docs/findings.md)."""
+    codes = [w for w in words if _CODE.fullmatch(w)]
+    others = [w for w in words if not _CODE.fullmatch(w)]
+    assert codes, "said() needs at least one code"
+    return [line for line in text.splitlines()
+            if set(_CODE.findall(line)) & set(codes) and all(w in line for w in others)]
 
 
 def values(records: list[dict], source: str | None = None) -> dict[tuple, object]:

@@ -60,4 +60,4 @@ def test_a_cpu_script_on_a_gpu_machine_replays_exactly(runner):
     second = runner.run(probed, "--epochs", "4", "--flor", "cpu", "--replay_flor", "1/2",
                         env=runner.env(FLOR_REPLAY_ID="second"))
     assert "replay verified exact" in second.stderr and "(0 diverged)" in second.stderr
-    assert "random state at the start" not in second.stderr
+    assert "FL324" not in second.stderr

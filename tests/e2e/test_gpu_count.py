@@ -91,7 +91,7 @@ def test_a_device_the_worker_lacks_that_drew_numbers_is_named(runner):
         assert worker.returncode == 2, worker.stderr
         assert "flor: error: the recording drew random numbers on CUDA device 2 (it saw 4 GPUs) and this process " \
                "sees 1; replay where 3 or more GPUs are visible (CUDA_VISIBLE_DEVICES)" in worker.stderr
-        assert "unusable" not in worker.stderr
+        assert "FL315" not in worker.stderr
     # with the GPUs it drew on, the same replay is exact
     again = runner.run(probed, "--epochs", "4", "--flor", "multi", "--replay_flor", "1/2",
                        env=_gpus(runner, 4, drawn="0,2"))

@@ -33,7 +33,7 @@ def test_the_recording_names_generators_a_sampler_and_a_dataset_hold(tmp_path):
 def test_generators_given_to_end_replay_exactly_from_mid_run(tmp_path):
     r = Runner(tmp_path)
     proc = r.run(r.script("loaders.py"), "--given", "--flor", "l", env=r.env(FLOR_EVERY="2"))
-    assert DREW not in proc.stderr, proc.stderr
+    assert "FL202" not in proc.stderr, proc.stderr
     edited = r.script("loaders.py", PROBED, dest="probed.py")
     r.run(edited, "--given", "--flor", "full")
     full = values(r.logs("full"), "record")

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from helpers import Runner, values
+from helpers import Runner, said, values
 
 # toy.py with its loop counted: `len(flor.it(...))` printed before the loop
 COUNTED = {"for epoch in flor.it(range(args.epochs)):": "loop = flor.it(range(args.epochs))\n"
@@ -52,7 +52,7 @@ def test_a_forgotten_scheduler_is_warned_once(runner: Runner):
 
 def test_a_passed_scheduler_is_not_warned(rec):
     _, recording = rec
-    assert "was not given" not in recording.stderr, recording.stderr
+    assert not said(recording.stderr, "FL201", "FL202", "FL203"), recording.stderr
 
 
 # -- a random generator of the script's own, left out of end() ---------------------------
@@ -89,7 +89,7 @@ def test_a_generator_reseeded_every_epoch_is_not_warned_and_replays_exactly(runn
     edits = {**OWN_GENERATORS, "            # INNER": "            drawn = torch.randperm(4, generator=g)",
              block: "    g.manual_seed(100 + epoch)\n" + block}
     proc = runner.run(runner.script(edits=edits, dest="reseeded.py"), "--epochs", "3", "--flor", "toy")
-    assert DREW not in proc.stderr, proc.stderr
+    assert "FL202" not in proc.stderr, proc.stderr
     rep = runner.run(runner.script(edits=edits, dest="reseeded.py"), "--epochs", "3", "--flor", "toy",
                      "--replay_flor", "1/3")
     assert "replay verified exact" in rep.stderr, rep.stderr
@@ -133,7 +133,7 @@ def test_gradients_carried_into_the_next_epoch_are_checkpointed_and_restored(run
 def test_gradients_stepped_or_zeroed_at_the_epochs_end_are_not_named(runner: Runner, args):
     script = runner.script("accumulate.py")
     rec = runner.run(script, *args, "--flor", "acc", env=runner.env(FLOR_EVERY="2"))
-    assert CARRIED not in rec.stderr, rec.stderr
+    assert "FL208" not in rec.stderr, rec.stderr
     (run_dir,) = (runner.home / "acc" / "runs").iterdir()
     assert json.loads((run_dir / "run.json").read_text())["grads_carried"] == []
     rep = runner.run(script, *args, "--flor", "acc", "--replay_flor")

@@ -39,7 +39,7 @@ def test_a_worker_that_starts_mid_run_behind_enumerate_says_it_diverged(tmp_path
 def test_the_wrapper_put_inside_flor_it_replays_exactly_from_mid_run(tmp_path):
     r = Runner(tmp_path)
     proc = r.run(r.script("wrapped.py", INSIDE), "--flor", "w")
-    assert "is wrapped in" not in proc.stderr, proc.stderr
+    assert "FL209" not in proc.stderr, proc.stderr
     edited = r.script("wrapped.py", {**INSIDE, **HINDSIGHT}, dest="hindsight.py")
     r.run(edited, "--flor", "full")
     full = values(r.logs("full"), "record")

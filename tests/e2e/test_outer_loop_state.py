@@ -149,7 +149,7 @@ def test_state_that_cannot_be_restored_is_named(tmp_path, start):
     strict = r.run(script, "--patience", "4", "--flor", "kept", "--replay_flor", "1/2", "--flor_strict", check=False)
     assert strict.returncode != 0 and "cannot restore: best_state" in strict.stderr
     strong = r.run(script, "--patience", "4", "--flor", "kept", "--replay_flor", "1/2", "--flor_strong")
-    assert "cannot restore" not in strong.stderr and "verified exact" in strong.stderr
+    assert "FL322" not in strong.stderr and "verified exact" in strong.stderr
 
 
 SIDE_EFFECTS = """\
@@ -358,4 +358,4 @@ def test_a_hindsight_line_that_samples_outside_the_blocks_is_noted(tmp_path):
     assert noted in proc.stderr, proc.stderr
     for quiet in (script, own):
         proc = r.run(quiet, "--flor", "samples", "--replay_flor")
-        assert "code outside the blocks drew" not in proc.stderr and "verified exact" in proc.stderr, proc.stderr
+        assert "FL325" not in proc.stderr and "verified exact" in proc.stderr, proc.stderr

@@ -51,7 +51,7 @@ def test_the_scripts_own_forward_is_not_named_but_a_second_one_is(forward_record
     assert [s["epoch"] for s in state if "outside" in s] == [1, 2, 3]  # what epochs 0-2's code did after end()
     plain = r.run(r.script("outside_changes.py", {"    # HINDSIGHT": '    flor.log("n", 1)'}, dest="plain.py"),
                   "--outer-forward", "--flor", "o", "--replay_flor")
-    assert "outside the blocks" not in plain.stderr and _verdict(plain).startswith("flor: replay verified exact:")
+    assert "FL328" not in plain.stderr and _verdict(plain).startswith("flor: replay verified exact:")
     probed = r.run(r.script("outside_changes.py", PROBE, dest="hindsight.py"), "--outer-forward", "--flor", "o",
                    "--replay_flor")
     assert SAID in _verdict(probed), probed.stderr  # the script's forward and the hindsight one: twice as many

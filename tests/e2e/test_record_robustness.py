@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Runner
+from helpers import Runner, said
 
 from flor.store.experiment import ExperimentStore, dir_size
 
@@ -312,15 +312,16 @@ def test_a_forked_child_that_exits_leaves_the_parents_run_alone(runner: Runner):
     script = runner.cwd / "fork.py"
     script.write_text(FORK)
     plain = runner.run(script)
-    rec = runner.run(script, "--flor", "fork")
+    # a child that waited on the parent's writer would wait out the flush timeout: 120 s here
+    rec = runner.run(script, "--flor", "fork", env=runner.env(FLOR_FLUSH_TIMEOUT="120"))
     assert rec.stdout == plain.stdout
     children = [line for line in rec.stderr.splitlines() if line.startswith("child ")]
     assert len(children) == 2, rec.stderr
     exited, termed = children
     assert exited.startswith("child exit: status 0 in ") and exited.endswith("; run running"), rec.stderr
     assert termed.startswith(f"child term: status {signal.SIGTERM} in ") and termed.endswith("; run running"), rec.stderr
-    assert max(float(line.split(" in ")[1].split(" s;")[0]) for line in children) < 5, rec.stderr
-    assert "still open at exit" not in rec.stderr and "abandoned" not in rec.stderr, rec.stderr
+    assert max(float(line.split(" in ")[1].split(" s;")[0]) for line in children) < 60, rec.stderr  # no wait
+    assert "FL106" not in rec.stderr and "FL114" not in rec.stderr, rec.stderr
     meta = _run_json(runner.home, "fork")
     assert meta["status"] == "finished" and meta["epochs_done"] == 4
     assert meta["checkpoint_failures"] == [] and meta.get("checkpoint_skipped", []) == [], meta
@@ -362,7 +363,7 @@ def test_a_cut_short_copy_of_the_script_is_not_taken_for_a_change(runner: Runner
     copy.write_bytes(b"")
     replay = runner.run(script, "--flor", "cut", "--replay_flor")
     assert "verified exact" in _verdict(replay.stderr), replay.stderr
-    assert "changed by more than logging" not in replay.stderr, replay.stderr
+    assert "FL309" not in replay.stderr, replay.stderr
     assert "copy of the script" in replay.stderr and "is not the script run.json names" in replay.stderr
 
 
@@ -481,7 +482,7 @@ def test_a_block_left_open_by_an_exception_is_closed_and_replayed_exactly(runner
     proc = runner.run(script, "--flor", "open")
     assert proc.stdout == plain.stdout
     assert proc.stderr.count("was still open at the end of the epoch") == 1, proc.stderr
-    assert "checkpoint(s) failed" not in proc.stderr  # the script's exception, not a failure of flor's
+    assert "FL115" not in proc.stderr  # the script's exception, not a failure of flor's
     meta = _run_json(runner.home, "open")
     assert meta["status"] == "finished"
     assert sorted(f["epoch"] for f in meta["checkpoint_failures"]) == [1, 3]
@@ -501,6 +502,6 @@ def test_a_script_that_crashes_inside_a_block_is_not_told_its_training_was_not_a
     script.write_text(OPEN.replace("        except RuntimeError:\n            continue", "        finally:\n            pass"))
     proc = runner.run(script, "--flor", "crash", check=False)
     assert proc.returncode == 1 and "RuntimeError: CUDA out of memory (simulated)" in proc.stderr
-    assert "training was not affected" not in proc.stderr and "still open at exit" in proc.stderr, proc.stderr
+    assert "FL115" not in proc.stderr and said(proc.stderr, "FL106", "at exit"), proc.stderr
     meta = _run_json(runner.home, "crash")
     assert meta["status"] == "crashed" and [f["epoch"] for f in meta["checkpoint_failures"]] == [1]

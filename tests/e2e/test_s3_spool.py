@@ -230,7 +230,7 @@ def test_upload_faults_lose_nothing(runner: Runner, moto: MotoServer, bucket: st
     rec = runner.run(script, "--flor", "toy", "--epochs", EPOCHS, env=env)
     up = summary_numbers(rec.stderr)
     up_faults = dict(proxy.counts)
-    assert "flor: spooled run" in rec.stderr and "partly" not in rec.stderr, rec.stderr
+    assert "flor: spooled run" in rec.stderr and "FL405" not in rec.stderr, rec.stderr
 
     # zero objects lost or corrupted: every local file is in S3 as it is here, every blob matches its name
     remote = strip(moto.objects(bucket, "flor/"), "flor/")
@@ -301,7 +301,7 @@ def test_a_planted_spool_url_gets_no_credentials(runner: Runner, moto: MotoServe
     rep = runner.run(script, "--flor", "toy", "--epochs", EPOCHS, "--replay_flor", env=s3_env(runner, moto.endpoint))
     assert f"names the spool 's3://{theirs}/flor' for them, which you never recorded or spooled to" in rep.stderr, \
         rep.stderr
-    assert "fetching them from" not in rep.stderr and not tree(runner.home, "toy/objects"), rep.stderr
+    assert "FL407" not in rep.stderr and not tree(runner.home, "toy/objects"), rep.stderr
     records = runner.logs("toy")
     assert values(records, "replay") == values(records, "record"), rep.stderr  # re-executed: still exact
 

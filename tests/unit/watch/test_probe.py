@@ -72,6 +72,8 @@ def test_a_probe_that_raises_is_silent_for_that_run_and_the_others_go_on() -> No
     noted, _ = watch.leave(sys._getframe(), ())
     assert noted == {"after": 1} and watch.failed == {"Broken": "ValueError('odd value')"}
     assert watch.seconds > 0
+    assert set(watch.by_probe) == {"Broken", "Recorder"}  # each probe's own time, a failed one's too
+    assert 0 < sum(watch.by_probe.values()) <= watch.seconds
 
 
 def test_an_end_without_step_into_notes_nothing() -> None:
