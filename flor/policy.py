@@ -76,6 +76,8 @@ class CheckpointPolicy:
     held_s: float = 0.0  # the writer's GIL time (run.json gil_s)
     waited_s: float = 0.0  # of it, what is charged: as far as training waited (gil_waited_s)
     watch_s: float = 0.0  # the probes of the script's state outside end() (flor.watch), on the training thread
+    #: of it, what every block run pays, checkpointed or not (all but the noting a checkpointed run does)
+    watch_fixed_s: float = 0.0
     estimate: dict[str, float] = field(default_factory=dict)
     background: dict[str, float] = field(default_factory=dict)
     held: dict[str, float] = field(default_factory=dict)  # per block: the GIL time its last checkpoint was charged
@@ -91,9 +93,11 @@ class CheckpointPolicy:
         else:
             expected = self.estimate.get(block, 0.0)  # none yet: measure (once within budget)
             expected += (self.background if self.shared else self.held).get(block, 0.0)
-            spent = self.charged_s
+            # charged all the same, but a cost fewer checkpoints would not save does not decide: only the
+            # stalls, the writer and the noting checkpointed runs do weigh against the budget
+            spent = self.charged_s - self.watch_fixed_s
             if block not in self.estimate:  # its first checkpoint measures it, whatever the probes cost so far
-                spent -= self.watch_s
+                spent = self.charged_s - self.watch_s
             ok = spent + expected <= self.overhead * max(elapsed - spent, 0.0)
         if not ok and (not self.skipped or self.skipped[-1] != epoch):
             self.skipped.append(epoch)
@@ -130,10 +134,22 @@ class CheckpointPolicy:
         """Whether the background work takes cores from training (its CPU share is charged)."""
         return self.charge == CHARGE_SHARED
 
-    def observe_watch(self, seconds: float) -> None:
-        """Account the probes' time so far (``flor.watch.Watch.seconds``: a running total): they run on
-        the training thread at every block run, checkpointed or not, so they are charged always."""
-        self.watch_s = seconds
+    def observe_watch(self, seconds: float, fixed: float = 0.0) -> None:
+        """Account the probes' time so far (``flor.watch.Watch.seconds``: a running total), charged
+        always: they run on the training thread. ``fixed``, of it, is what every block run pays
+        whether or not it is checkpointed (``due`` leaves it out of the decision: skipping
+        checkpoints would not save it).
+
+        >>> p = CheckpointPolicy(overhead=0.01)
+        >>> p.observe("train", 0, stall=0.001); p.observe("train", 1, stall=0.001)
+        >>> p.observe_watch(0.05, fixed=0.05)  # probes every run pays: 5% of 1 s, over the budget alone
+        >>> p.due("train", 2, elapsed=1.0), round(p.charged_s, 3)
+        (True, 0.052)
+        >>> p.observe_watch(0.05, fixed=0.0)  # noting only checkpointed runs do: fewer would save it
+        >>> p.due("train", 3, elapsed=1.0)
+        False
+        """
+        self.watch_s, self.watch_fixed_s = seconds, fixed
 
     @property
     def charged_s(self) -> float:
@@ -167,6 +183,7 @@ class CheckpointPolicy:
             "mode": "every" if self.every is not None else "adaptive", "every": self.every,
             "overhead_budget": self.overhead, "charged": self.charge, "charged_s": round(self.charged_s, 6),
             "stall_s": round(self.stall_s, 6), "watch_s": round(self.watch_s, 6),
+            "watch_fixed_s": round(self.watch_fixed_s, 6),
             "background_share_s": round(self.background_s, 6), "gil_s": round(self.held_s, 6),
             "gil_waited_s": round(self.waited_s, 6),
             "checkpointed_epochs": self.checkpointed, "skipped_epochs": self.skipped,

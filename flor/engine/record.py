@@ -197,7 +197,7 @@ class RecordSession(Session):
         self.meta.timings["epoch_s"].append(round(time.perf_counter() - self.epoch_started, 6))
         self.logs.flush()
         policy = self.checkpoints.policy
-        policy.observe_watch(self.watch.seconds + (self.loop_state.seconds if self.loop_state else 0.0))
+        self._observe_watch()
         self.meta.checkpoint_policy = policy.describe()
         self.write_meta()
         if self.spool is not None:
@@ -215,11 +215,18 @@ class RecordSession(Session):
         last = self.meta.timings["blocks"].get(name)
         training_s = time.perf_counter() - (self.loop_started or self.block_started) + (last[-1] if last else 0.0)
         policy = self.checkpoints.policy
-        policy.observe_watch(self.watch.seconds + (self.loop_state.seconds if self.loop_state else 0.0))
+        self._observe_watch()
         self.due = policy.due(name, epoch, elapsed=training_s)
         self.watch.enter(name, epoch, occ, caller_frame(), note=self.due)  # what the block starts from
         self.checkpoints.block_started()
         return True
+
+    def _observe_watch(self) -> None:
+        """Charge the probes' time and the loop's noting; all but the block variables' noting
+        (``VariablesProbe``, done for checkpointed runs only) is paid at every block run or epoch."""
+        loop = self.loop_state.seconds if self.loop_state else 0.0
+        noting = self.watch.by_probe.get(VariablesProbe.__name__, 0.0)
+        self.checkpoints.policy.observe_watch(self.watch.seconds + loop, fixed=self.watch.seconds - noting + loop)
 
     def left_open(self, key: tuple[str, int | None, int]) -> None:
         name, epoch, occ = key
@@ -239,6 +246,7 @@ class RecordSession(Session):
         if outside:  # in-place changes since the last end(), compared by a replay at every block run
             self.state_file.write(epoch, {"block": name, "occ": occ, "outside": outside})
         self.meta.timings["block_vars_s"] = round(self.watch.seconds, 6)
+        self.meta.timings["watch_probes_s"] = {k: round(v, 6) for k, v in self.watch.by_probe.items()}
         self.passed_ids.update(id(o) for o in objs)  # outer-loop state: these are checkpointed, not named
         if epoch is None:
             self.meta.outside_blocks.append([name, occ])

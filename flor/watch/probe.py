@@ -105,6 +105,7 @@ class Watch:
         self._say = say
         self.seconds = 0.0  # in the probes, all verbs together: charged to the overhead budget
         self.failed: dict[str, str] = {}  # probe -> its first exception, for run.json
+        self.by_probe: dict[str, float] = {}  # probe -> its seconds, all verbs (run.json timings.watch_probes_s)
         self._entered: set[str] = set()  # blocks entered at least once
         self._open: View | None = None
 
@@ -162,9 +163,12 @@ class Watch:
             method = getattr(probe, verb)
             if getattr(method, "__func__", None) is getattr(Probe, verb):
                 continue  # the probe does nothing here
+            started = time.perf_counter()
             try:
                 out.append(method(view, *args, self._say))
             except Exception as exc:  # noqa: BLE001 - the one never-raise wrapper: a probe only advises
                 self.failed.setdefault(type(probe).__name__, repr(exc)[:300])
+            kind = type(probe).__name__
+            self.by_probe[kind] = self.by_probe.get(kind, 0.0) + time.perf_counter() - started
         self.seconds += time.perf_counter() - t0
         return out
