@@ -48,7 +48,8 @@ class CheckpointPolicy:
     one-time work: learning the block's structure (the fast walk checked against the full
     encoding), the first buffers, the template's text and folders (the digits CNN: a stall of
     ~2 ms and ~5 ms of the writer's GIL time, against ~0.6 and ~1.5 ms for the next ones); it
-    is charged, but is no estimate: the second is taken once the cost so far is within budget.
+    is charged, but is no estimate, and no debt either: being taken whatever it costs, it does
+    not thin out the next ones, whose own costs are weighed against the budget.
     With ``every`` set, the schedule is fixed instead: epochs 0, N, 2N, ...
 
     >>> p = CheckpointPolicy(overhead=0.01)
@@ -57,6 +58,11 @@ class CheckpointPolicy:
     >>> p.observe("train", 0, stall=0.5)  # 5% of the 10 s so far
     >>> p.due("train", 1, elapsed=20.0), p.due("train", 9, elapsed=110.0)
     (False, True)
+    >>> p = CheckpointPolicy(overhead=0.01)
+    >>> p.observe("train", 0, stall=0.5, first=True)  # the first: its one-time work is charged, no debt
+    >>> p.observe("train", 1, stall=0.01)
+    >>> p.due("train", 2, elapsed=20.0), round(p.charged_s, 2)
+    (True, 0.51)
     >>> p = CheckpointPolicy(overhead=0.01)           # CPU training: the writer's share counts
     >>> p.observe("train", 0, stall=0.01); _ = p.observe_background("train", 0.09)
     >>> p.due("train", 1, elapsed=10.0), p.due("train", 2, elapsed=30.0)
@@ -78,6 +84,10 @@ class CheckpointPolicy:
     watch_s: float = 0.0  # the probes of the script's state outside end() (flor.watch), on the training thread
     #: of it, what every block run pays, checkpointed or not (all but the noting a checkpointed run does)
     watch_fixed_s: float = 0.0
+    #: what the blocks' first checkpoints were charged (stall, writer): taken whatever they cost
+    first_stall_s: float = 0.0
+    first_background_s: float = 0.0
+    first_waited_s: float = 0.0
     estimate: dict[str, float] = field(default_factory=dict)
     background: dict[str, float] = field(default_factory=dict)
     held: dict[str, float] = field(default_factory=dict)  # per block: the GIL time its last checkpoint was charged
@@ -93,9 +103,9 @@ class CheckpointPolicy:
         else:
             expected = self.estimate.get(block, 0.0)  # none yet: measure (once within budget)
             expected += (self.background if self.shared else self.held).get(block, 0.0)
-            # charged all the same, but a cost fewer checkpoints would not save does not decide: only the
-            # stalls, the writer and the noting checkpointed runs do weigh against the budget
-            spent = self.charged_s - self.watch_fixed_s
+            # charged all the same, but a cost fewer checkpoints would not save does not decide: not the
+            # probes every block run pays, nor the first checkpoints' one-time work (taken regardless)
+            spent = self.charged_s - self.watch_fixed_s - self.first_charged_s
             if block not in self.estimate:  # its first checkpoint measures it, whatever the probes cost so far
                 spent = self.charged_s - self.watch_s
             ok = spent + expected <= self.overhead * max(elapsed - spent, 0.0)
@@ -106,7 +116,9 @@ class CheckpointPolicy:
     def observe(self, block: str, epoch: int | None, *, stall: float, first: bool = False) -> None:
         """Account the measured stall of one checkpoint (``first``: the block's first)."""
         self.stall_s += stall
-        if not first:
+        if first:
+            self.first_stall_s += stall
+        else:
             self.estimate[block] = stall
         if epoch is not None and (not self.checkpointed or self.checkpointed[-1] != epoch):
             self.checkpointed.append(epoch)
@@ -124,10 +136,18 @@ class CheckpointPolicy:
         self.background_s += seconds
         self.held_s += held
         self.waited_s += charged
-        if not first:
+        if first:
+            self.first_background_s += seconds
+            self.first_waited_s += charged
+        else:
             self.background[block] = seconds
             self.held[block] = charged
         return charged
+
+    @property
+    def first_charged_s(self) -> float:
+        """What the blocks' first checkpoints were charged, as ``charged_s`` counts it now."""
+        return self.first_stall_s + (self.first_background_s if self.shared else self.first_waited_s)
 
     @property
     def shared(self) -> bool:
@@ -183,7 +203,7 @@ class CheckpointPolicy:
             "mode": "every" if self.every is not None else "adaptive", "every": self.every,
             "overhead_budget": self.overhead, "charged": self.charge, "charged_s": round(self.charged_s, 6),
             "stall_s": round(self.stall_s, 6), "watch_s": round(self.watch_s, 6),
-            "watch_fixed_s": round(self.watch_fixed_s, 6),
+            "watch_fixed_s": round(self.watch_fixed_s, 6), "first_charged_s": round(self.first_charged_s, 6),
             "background_share_s": round(self.background_s, 6), "gil_s": round(self.held_s, 6),
             "gil_waited_s": round(self.waited_s, 6),
             "checkpointed_epochs": self.checkpointed, "skipped_epochs": self.skipped,
