@@ -9,9 +9,13 @@
                   same-process bound a snapshot's copy runs against; from a GPU: into reused
                   pinned buffers, waited for)
 --device cuda     train on the GPU (benchmarks/gpu.py); the data is made there
+--habit H         what users do instead (benchmarks/habits.py): torch.save or DCP's async_save
+                  of model and optimizer every epoch; prints PEAK_RSS_KB at the end
 """
 
 import argparse
+import os
+import resource
 import time
 import types
 
@@ -27,6 +31,10 @@ parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--hindsight", action="store_true")
 parser.add_argument("--probe", action="store_true")
 parser.add_argument("--device", default="cpu")
+parser.add_argument("--habit", choices=["none", "torch_save", "dcp_async"], default="none",
+                    help="what users do instead of flor: save model and optimizer every epoch into --habit-dir "
+                         "(torch.save, or torch.distributed.checkpoint.async_save, awaited before the next)")
+parser.add_argument("--habit-dir", default="habit-checkpoints")
 parser.add_argument("--memcpy-probe", action="store_true",
                     help="after the loop, time copying the model's and optimizer's tensors into reused buffers")
 args = parser.parse_args()
@@ -63,6 +71,7 @@ val_labels = torch.randint(0, 10, (256,), device=device)
 # not a plain float: a replay worker restores the epoch loop's plain variables from the recording
 # (docs/loops.md); a float the loop never changes is no longer restored, but older recordings did
 clock = types.SimpleNamespace(loop=time.perf_counter())
+pending = None  # the last async_save's future
 for epoch in flor.it(range(args.epochs)):
     if flor.SkipBlock.step_into("train", probed=args.probe):
         perm = torch.randperm(len(data))
@@ -75,12 +84,26 @@ for epoch in flor.it(range(args.epochs)):
             if args.probe:
                 flor.log("loss", loss.item(), step=epoch * args.steps + i)
     net, optimizer = flor.SkipBlock.end(net, optimizer)
+    if args.habit == "torch_save":  # nanoGPT's and pytorch/examples' habit, one file an epoch
+        os.makedirs(args.habit_dir, exist_ok=True)
+        torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                   os.path.join(args.habit_dir, f"ckpt_{epoch}.pt"))
+    elif args.habit == "dcp_async":
+        import torch.distributed.checkpoint as dcp
+
+        if pending is not None:
+            pending.result()  # one in flight at a time, as its documentation's example does
+        pending = dcp.async_save({"model": net.state_dict(), "optimizer": optimizer.state_dict()},
+                                 checkpoint_id=os.path.join(args.habit_dir, f"epoch_{epoch}"))
     with torch.no_grad():
         val_loss = torch.nn.functional.cross_entropy(net(val), val_labels).item()
     flor.log("val_loss", val_loss)
     if args.hindsight:
         flor.log("weight_norm", float(sum(p.double().norm() ** 2 for p in net.parameters()) ** 0.5))
+if pending is not None:
+    pending.result()
 print(f"LOOP_SECONDS {time.perf_counter() - clock.loop:.6f}")
+print(f"PEAK_RSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
 if args.memcpy_probe:  # the bound a snapshot copies against, in the same process and memory state
     state = [t for t in net.state_dict().values()] + [
         t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
