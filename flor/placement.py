@@ -157,12 +157,18 @@ def _busy_seconds(path: str = "/proc/stat") -> float | None:
         return None
 
 
+#: the shortest window an idle reading is made over: /proc/stat counts 10 ms ticks per core, so a
+#: shorter one (the first checkpoint soon after the loop starts) may see a busy core as idle
+IDLE_WINDOW_S = 0.25
+
+
 class IdleMeter:
     """How many of this process's cores sat idle between two readings, leaving out CPU time
     the caller spent itself (the checkpoint writer), from ``/proc/stat``.
 
     Counts the whole machine's work on those cores, so other processes on a busy node count
-    as busy. None where ``/proc/stat`` is not there (then callers assume the cores are shared).
+    as busy. None where ``/proc/stat`` is not there, or less than ``IDLE_WINDOW_S`` passed since
+    the last reading (then callers assume the cores are shared).
 
     >>> meter = IdleMeter(path="/nonexistent")
     >>> meter.idle() is None
@@ -181,9 +187,12 @@ class IdleMeter:
         """Idle cores (0..cores) on average since the last reading, as if ``exclude_s`` CPU-seconds
         of the caller's own work had not run; starts the next reading."""
         busy0, wall0 = self.last
-        busy, wall = _busy_seconds(self.path), time.perf_counter()
+        wall = time.perf_counter()
+        if wall - wall0 < IDLE_WINDOW_S:
+            return None  # too short to tell: /proc/stat counts in ticks; the reading goes on
+        busy = _busy_seconds(self.path)
         self.last = (busy, wall)
-        if busy is None or busy0 is None or wall - wall0 < 0.01:
+        if busy is None or busy0 is None:
             return None
         used = max(busy - busy0 - exclude_s, 0.0) / (wall - wall0)
         return min(max(cores() - used, 0.0), float(cores()))

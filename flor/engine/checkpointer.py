@@ -177,7 +177,8 @@ class Checkpointer:
             return
         self.charge_read = True
         idle = self.idle_meter.idle(exclude_s=self.background_cpu_s - self.background_seen)
-        self.background_seen = self.background_cpu_s
+        if idle is not None:  # else too soon to tell (or no /proc/stat): the writer's CPU stays to exclude
+            self.background_seen = self.background_cpu_s
         self.policy.charge = charge_for(idle)
 
     def _grads(self, name: str, epoch: int | None, objs: tuple) -> Any:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from flor.placement import IdleMeter, cores
+from flor.placement import IDLE_WINDOW_S, IdleMeter, cores
 from flor.settings import parse
 
 
@@ -25,15 +25,19 @@ def test_idle_cores_are_read_from_proc_stat_and_leave_out_the_writer(tmp_path):
 
     write(0)
     meter = IdleMeter(path=str(stat))
-    time.sleep(0.2)
+    time.sleep(IDLE_WINDOW_S + 0.05)
     assert meter.idle() == cores()  # nothing ran
     write(10**6)  # every core busy for far longer than the time between readings
-    time.sleep(0.2)
+    time.sleep(IDLE_WINDOW_S + 0.05)
     assert meter.idle() == 0.0
     hz = os.sysconf("SC_CLK_TCK")
     write(10**6 + hz)  # one CPU-second on each core ...
-    time.sleep(0.2)
+    time.sleep(IDLE_WINDOW_S + 0.05)
     assert meter.idle(exclude_s=len(cpus)) == cores()  # ... all of it the writer's own
+    write(2 * 10**6)  # busy again, but read too soon after the last reading to tell ...
+    assert meter.idle() is None
+    time.sleep(IDLE_WINDOW_S + 0.05)
+    assert meter.idle() == 0.0  # ... the reading went on: the ticks since the last one count
 
 
 @pytest.mark.parametrize("env, pid, n, rid", [
