@@ -16,7 +16,9 @@ with a tensor copy, ``timings.copy_s``),
 the writer's GIL time per checkpoint, and what the budget was charged as a share of the
 blocks' time (``charged_share``; the exit line's share is of the whole loop, evaluation
 included), and the time a block run spends noting the variables it changed outside ``end()``
-(``timings.block_vars_s``, on the training thread, checkpoint or not; 0 before 2026-12-06);
+(``timings.watch_probes_s.VariablesProbe``, before 2026-12-07 ``timings.block_vars_s``; on the
+training thread; 0 before 2026-12-06) and what all the probes of the state outside ``end()`` take
+(``timings.block_vars_s``: before 2026-12-07 the block variables alone);
 then the checkpoints the default 1% budget takes in ``--epochs``.
 
     python benchmarks/loop_state_cost.py [--epochs 30] [--base REV] [--rounds 3]
@@ -74,7 +76,12 @@ def figures(meta: dict) -> dict:
     runs = sum(len(v) for v in t["blocks"].values())  # block runs: each notes what it changed outside end()
     return {"stall_ms": median(t["stall_s"][1:]) * 1e3, "fast": fast, "of": n,
             "gil_ms": policy["gil_s"] * 1e3 / n, "charged_share": policy["charged_s"] / training,
-            "block_vars_ms": t.get("block_vars_s", 0.0) * 1e3 / max(runs, 1)}
+            # noting the block's variables, globals and own objects' attributes: the old block_vars_s; since
+            # 2026-12-07 one probe of flor.watch (VariablesProbe) beside the others, each timed
+            "block_vars_ms": t.get("watch_probes_s", {}).get("VariablesProbe", t.get("block_vars_s", 0.0)) * 1e3
+            / max(runs, 1),
+            # every probe of the state outside end() (before 2026-12-07: the block variables alone were timed)
+            "watch_ms": t.get("block_vars_s", 0.0) * 1e3 / max(runs, 1)}
 
 
 def main() -> None:
@@ -118,16 +125,17 @@ def main() -> None:
     labels = [label for label, _ in trees] + ["cnn"]
     result = {"quick": opts.quick, "epochs": epochs, "rounds": rows, "base": opts.base, "default_budget": budget,
               "median": {k: {f: median([r[k][f] for r in rows])
-                             for f in ("stall_ms", "gil_ms", "charged_share", "block_vars_ms")}
+                             for f in ("stall_ms", "gil_ms", "charged_share", "block_vars_ms", "watch_ms")}
                          for k in labels}}
     if base_tree is not None:
         result["stall_ratio_by_round"] = [r["this"]["stall_ms"] / r["base"]["stall_ms"] for r in rows]
     names = {"base": f"with loop state, flor {opts.base}", "this": "with loop state, this tree",
              "cnn": "examples/cnn.py as is, this tree"}
     print(table([[names[k], i, f"{r[k]['stall_ms']:.2f}", f"{r[k]['fast']} of {r[k]['of']}", f"{r[k]['gil_ms']:.2f}",
-                  f"{r[k]['charged_share']:.2%}", f"{r[k]['block_vars_ms']:.3f}"] for i, r in enumerate(rows) for k in labels],
+                  f"{r[k]['charged_share']:.2%}", f"{r[k]['block_vars_ms']:.3f}", f"{r[k]['watch_ms']:.3f}"]
+                 for i, r in enumerate(rows) for k in labels],
                 ["digits CNN", "round", "stall ms (median)", "fast snapshots", "writer GIL ms", "charged / blocks",
-                 "block variables ms / block run"]))
+                 "block variables ms / block run", "all watch probes ms / block run"]))
     print(table([[names[k], f"{v['checkpointed']} of {v['of']}"] for k, v in budget.items()],
                 ["default 1% budget", "epochs checkpointed"]))
     print("wrote", save("loop_state_cost", result))
