@@ -13,6 +13,7 @@ from .errors import (
 )
 from .hparams import install_argparse_capture as _install_argparse_capture
 from .runtime import ensure_replayable as _ensure_replayable
+from .runtime import quiet_trackers as _quiet_trackers
 from .settings import SETTINGS as _SETTINGS
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 _ensure_replayable(_SETTINGS)
+_quiet_trackers(_SETTINGS)  # a replay: the script's own tracker calls write nowhere (flor.engine.trackers)
 if _SETTINGS.mode != "inert":
     _install_argparse_capture()  # the script's argparse namespace becomes the run's hyperparameters
 if _SETTINGS.mode == "record":  # the code of a sys.exit(main()): its sys.exit is looked up before main() records
