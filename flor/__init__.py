@@ -7,7 +7,7 @@ replay with ``--replay_flor`` to get the values a full retraining would give.
 from __future__ import annotations
 
 from ._version import __version__
-from .api import SkipBlock, arg, dataframe, it, log, recording, replaying
+from .api import SkipBlock, arg, checkpoints, dataframe, it, load, log, recording, replaying
 from .errors import (
     CheckpointError, ConfigError, CorruptBlobError, FlorError, ReplayError, StateError, StorageError,
 )
@@ -27,8 +27,10 @@ __all__ = [
     "StorageError",
     "__version__",
     "arg",
+    "checkpoints",
     "dataframe",
     "it",
+    "load",
     "log",
     "recording",
     "replaying",
