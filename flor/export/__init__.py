@@ -39,6 +39,15 @@ class ExportResult:
     dry_run: bool = False
     created: bool = False  # a tracker run was made for it (the script reported to none)
 
+    def take(self, points: list[Point], present: set[tuple[str, int]]) -> ExportResult:
+        """Sort ``points`` into those to write and those the tracker holds (``present``: its (key, step))."""
+        for p in points:
+            if (p.key, p.step) in present:
+                self.present += 1
+            else:
+                self.written.append(p)
+        return self
+
     def line(self) -> str:
         hindsight = sum(p.hindsight for p in self.written)
         verb = "would write" if self.dry_run else "wrote"

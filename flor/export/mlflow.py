@@ -74,15 +74,10 @@ def _export(client: Any, store: ExperimentStore, meta: RunMeta, points: list[Poi
                 experiment_id = experiment.experiment_id if experiment is not None else \
                     client.create_experiment(meta.name)
                 run_id = client.create_run(experiment_id, tags=_tags(meta), run_name=f"flor {meta.run}").info.run_id
-    result = ExportResult("mlflow", meta.run, f"run {run_id or '(new)'} at {uri}", dry_run=dry_run, created=created)
-    taken: dict[str, set[int]] = {}
-    for p in points:
-        if p.key not in taken:
-            taken[p.key] = set() if run_id is None else {m.step for m in client.get_metric_history(run_id, p.key)}
-        if p.step in taken[p.key]:
-            result.present += 1
-        else:
-            result.written.append(p)
+    present = {(key, m.step) for key in dict.fromkeys(p.key for p in points) if run_id is not None
+               for m in client.get_metric_history(run_id, key)}
+    result = ExportResult("mlflow", meta.run, f"run {run_id or '(new)'} at {uri}", dry_run=dry_run,
+                          created=created).take(points, present)
     if dry_run or run_id is None:
         return result
     for key, value in _tags(meta).items():  # the run says which flor run it holds

@@ -24,12 +24,7 @@ def export_tensorboard(meta: RunMeta, points: list[Point], *, dry_run: bool = Fa
                        logdir: str | Path | None = None) -> ExportResult:
     folder = _logdir(meta, logdir)
     taken = present_steps(folder)
-    result = ExportResult("tensorboard", meta.run, str(folder), dry_run=dry_run)
-    for p in points:
-        if (p.key, p.step) in taken:
-            result.present += 1
-        else:
-            result.written.append(p)
+    result = ExportResult("tensorboard", meta.run, str(folder), dry_run=dry_run).take(points, taken)
     if dry_run or not result.written:
         return result
     writer = EventFileWriter(folder, suffix=".flor")
