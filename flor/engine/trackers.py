@@ -173,6 +173,7 @@ def _quiet_wandb(module: ModuleType) -> None:
         return init(*args, **kwargs)
 
     quiet_init.__flor_quiet__ = True  # type: ignore[attr-defined]
+    quiet_init.__wrapped__ = init  # type: ignore[attr-defined]  # flor export's own (--flor_export) init
     setattr(module, "init", quiet_init)  # noqa: B010 - a module attribute mypy cannot see
 
 

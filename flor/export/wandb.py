@@ -58,7 +58,8 @@ def export_wandb(store: ExperimentStore, meta: RunMeta, points: list[Point], *, 
         return result
     try:
         chosen: Any = mode  # "offline" or "online", checked above
-        run = wandb.init(project=project, entity=entity, id=run_id, resume="allow", mode=chosen, dir=str(folder),
+        init = getattr(wandb.init, "__wrapped__", wandb.init)  # a replay's --flor_export: not its quieted init
+        run = init(project=project, entity=entity, id=run_id, resume="allow", mode=chosen, dir=str(folder),
                          settings=wandb.Settings(silent=True, console="off"))
         run.define_metric(STEP)
         for key in dict.fromkeys(p.key for p in result.written):
