@@ -134,6 +134,7 @@ class Settings:
     rank_timeout: float = 600.0  # DDP: seconds ranks wait for rank 0 to name the run (rank 0 may still load data)
     notes: tuple[str, ...] = ()  # flags given that this mode does not use: said once at import
     export: tuple[str, ...] = ()  # replay: trackers its values are exported to at its end (--flor_export)
+    export_error: str | None = None  # the flor command: why FLOR_EXPORT could not be read (said when used)
 
     @property
     def strict(self) -> bool:
@@ -392,7 +393,11 @@ def _command_settings(env: Mapping[str, str]) -> Settings:
         spool = _spool_settings({}, env)
     except ConfigError:
         spool = {"spool": env.get("FLOR_SPOOL") or None}
-    return Settings(home=_home(env), config_dir=_config_dir(env), **spool)
+    try:  # `flor replay --export` takes it; a malformed one fails there, not `flor ls`
+        export, export_error = parse_export(env.get("FLOR_EXPORT") or "", "FLOR_EXPORT"), None
+    except ConfigError as exc:
+        export, export_error = (), str(exc)
+    return Settings(home=_home(env), config_dir=_config_dir(env), export=export, export_error=export_error, **spool)
 
 
 def _parse_overhead(text: str, origin: str) -> float:

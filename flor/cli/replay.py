@@ -71,7 +71,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     _stop_on_termination()
     from ..settings import parse_export
 
-    targets = parse_export(args.export or os.environ.get("FLOR_EXPORT", ""), "--export/FLOR_EXPORT")
+    if args.export is None and SETTINGS.export_error:
+        raise FlorError(SETTINGS.export_error)
+    targets = parse_export(args.export, "--export") if args.export is not None else SETTINGS.export
     status = run_launch(store, run, command, executor=_executor(args.ray), workers=args.workers, gpus=gpus,
                         epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh,
                         verdict=args.verdict)

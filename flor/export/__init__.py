@@ -103,7 +103,7 @@ def export(name: str | None, to: str, *, run: str | None = None, home: Path | No
 
     >>> export("no-such-experiment", "mlflow", home=Path("/nonexistent"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    flor.errors.StorageError: ...
+    flor.errors.ReplayError: ...
     """
     targets = parse_targets(to)
     store = open_experiment(name, home)

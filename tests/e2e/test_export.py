@@ -154,7 +154,8 @@ def test_a_run_without_mlflow_goes_to_a_tagged_run_on_an_mlflow_server(tmp_path:
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                                "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--workers", "1"],
-                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**r.env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job runner pool
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

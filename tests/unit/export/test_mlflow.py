@@ -9,11 +9,10 @@ from pathlib import Path
 import mlflow  # the mlflow extra, in [test]: never skipped
 import pytest
 
+from helpers import fake_run
 from flor.errors import ConfigError
 from flor.export import export, export_run
 from flor.store import ExperimentStore
-
-from test_points import fake_run
 
 
 @pytest.fixture(scope="module")

@@ -3,23 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from helpers import fake_run
 from flor.export.points import points_of
-from flor.store import ExperimentStore
-from flor.store.runmeta import FORMAT as RUN_FORMAT
-
-
-def fake_run(home: Path, recorded: list[dict], replayed: list[dict], epochs: int = 3) -> ExperimentStore:
-    d = home / "ex" / "runs" / "r1"
-    (d / "logs").mkdir(parents=True)
-    (d / "run.json").write_text(json.dumps({"name": "ex", "run": "r1", "status": "finished", "format": RUN_FORMAT,
-                                            "epochs_done": epochs}))
-    for name, rows in (("record.jsonl", recorded), ("replay-p1-0.jsonl", replayed)):
-        (d / "logs" / name).write_text("".join(json.dumps({"step": None, "block": None, "t": 1.0, **r}) + "\n"
-                                               for r in rows))
-    return ExperimentStore(home, "ex")
 
 
 def test_step_is_the_values_own_else_its_epoch_and_hindsight_is_marked(tmp_path: Path) -> None:

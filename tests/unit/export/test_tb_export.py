@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from helpers import fake_run
 from flor.errors import ConfigError
 from flor.export import export_run
 from flor.logs.tensorboard import EventFileWriter
-
-from test_points import fake_run
 
 
 def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
