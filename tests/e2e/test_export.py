@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Runner, values
+from helpers import Runner
 
 import mlflow  # the mlflow and wandb extras are in [test]: never skipped
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -58,10 +58,12 @@ def only_run(r: Runner, name: str) -> tuple[str, Path]:
 
 
 class Team:
-    """A recording of tracked.py, what its trackers held before any replay, and its replay with one worker."""
+    """A recording of tracked.py, what its trackers held before any replay, and its replay with one worker;
+    ``full``: the edited script run in full (its own folder and FLOR_HOME, the same MLflow store)."""
 
     def __init__(self, tmp: Path) -> None:
-        self.r, full = Runner(tmp / "team"), Runner(tmp / "full")
+        self.r, self.full = Runner(tmp / "team"), Runner(tmp / "full")
+        full = self.full
         self.r.cwd.mkdir()
         full.cwd.mkdir()
         self.db = tmp / "mlflow.db"
@@ -148,34 +150,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_run_without_mlflow_goes_to_a_tagged_run_on_an_mlflow_server(tmp_path: Path) -> None:
-    r = Runner(tmp_path)
-    r.run(r.script("toy.py"), "--flor", "toy", "--epochs", "2")
+def test_an_export_through_mlflow_server_fills_the_recorded_run_once(team: Team, tmp_path: Path) -> None:
+    """The full run's own MLflow run, reached through ``mlflow server`` on 127.0.0.1 (its store the same
+    SQLite file, so its recorded run id is there)."""
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                               "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--workers", "1"],
+                               "--backend-store-uri", f"sqlite:///{team.db}", "--workers", "1"],
                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**r.env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job runner pool
+                              env={**team.full.env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job pool
     uri = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:  # the server answers once its tables are made
+        deadline = time.monotonic() + 180
+        while True:  # the server listens once its app has started
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     break
             except OSError:
                 assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
                 time.sleep(0.5)
-        outs = [r.flor("export", "toy", "--to", "mlflow", "--tracking-uri", uri).stdout for _ in range(2)]
+        outs = [team.full.flor("export", "full", "--to", "mlflow", "--tracking-uri", uri).stdout for _ in range(2)]
+        assert "wrote 4 value(s) (0 hindsight), 4 already there" in outs[0], outs  # acc: the script logged it
+        assert "wrote 0 value(s) (0 hindsight), 8 already there" in outs[1], outs
+        run, run_dir = only_run(team.full, "full")
+        run_id = json.loads((run_dir / "run.json").read_text())["trackers"]["mlflow"]["run_id"]
         c = mlflow.tracking.MlflowClient(uri)
-        runs = c.search_runs([c.get_experiment_by_name("toy").experiment_id])
-        run, run_dir = only_run(r, "toy")
-        logged = values(read_run_logs(run_dir, run), "record")
-        assert len(runs) == 1 and runs[0].data.tags["flor.experiment"] == "toy", outs
-        assert "new tracker run" in outs[0] and "wrote 0 value(s)" in outs[1]
-        for name in ("acc", "jitter"):
-            assert history(c, runs[0].info.run_id, name) == sorted(
-                (epoch, value) for (n, epoch, _), value in logged.items() if n == name)
+        logged = read_run_logs(run_dir, run)
+        for name in ("acc", "wnorm"):
+            assert history(c, run_id, name) == sorted((x["epoch"], x["value"]) for x in logged if x["name"] == name)
+        assert len(c.search_runs([team.experiment])) == team.runs_before
     finally:
         server.terminate()
         server.wait(timeout=30)
