@@ -119,6 +119,8 @@ def test_replays_add_no_tracker_run_and_exports_put_hindsight_values_in_once(tea
     assert [s for s, _ in scalars["wnorm"]] == [0, 1, 2, 3]
     assert [v for _, v in scalars["wnorm"]] == pytest.approx([v for _, v in team.full_wnorm])  # float32 there
     assert len(list((r.cwd / "tb-logs").glob("*.flor"))) == 1
+    script_events = sorted((r.home / "tr" / "runs" / team.run / "tb").glob("replay-*/script-*/events.*"))
+    assert len(script_events) == 3  # the replays' own SummaryWriter: one a worker, in the replay's folder
     # W&B: the replays made no offline run; the first export one more, resuming the recorded run's id
     runs = wandb_runs(r.cwd)
     assert len(team.wandb_before) == 1 and len(runs) == 2 and runs[-1].name.endswith(team.notes["wandb"]["id"])
