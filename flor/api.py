@@ -1,12 +1,13 @@
 """The functions a training script calls: ``it``, ``SkipBlock``, ``log``, ``arg``,
-``replaying``/``recording`` and ``dataframe``. Each is a thin call into the process's session
-(``runtime.current()``), and each is inert (passes values through) without ``--flor``.
+``replaying``/``recording``; and for a notebook ``dataframe``, ``load`` and ``checkpoints``. Each
+of the script's is a thin call into the process's session (``runtime.current()``), and each is
+inert (passes values through) without ``--flor``.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, Sequence, TypeVar
 
 from . import hparams
 from .source.blocks import loop_wrapper
@@ -15,7 +16,7 @@ from .errors import ConfigError
 from .runtime import current, install_error_hook
 from .settings import SETTINGS
 
-__all__ = ["SkipBlock", "arg", "dataframe", "it", "log", "recording", "replaying"]
+__all__ = ["SkipBlock", "arg", "checkpoints", "dataframe", "it", "load", "log", "recording", "replaying"]
 
 T = TypeVar("T")
 
@@ -165,3 +166,31 @@ def dataframe(*names: str, name: str | None = None, run: str | None = "all", hpa
     # the readers take no defaults from the process: this run's experiment and home are given here
     return _dataframe(*names, name=name or SETTINGS.name, run=run, home=SETTINGS.home, hparams=hparams,
                       definitions=definitions)
+
+
+def load(name: str | None, epoch: int | None, *, into: Sequence[Any], block: str | None = None,
+         run: str | None = None, occurrence: int = 0, rng: bool = False, trust_pickles: bool = False) -> Any:
+    """Restore the state ``end()`` was given at ``epoch`` into live objects, without a replay.
+
+    ``into`` holds the objects in the order ``end()`` got them (None leaves one out); they come
+    back as ``end()`` returns them. Checked like a replay's restore (digests, hashes, and pickled
+    leaves only from a manifest signed with your key). ``flor.checkpoints(NAME)`` lists what exists::
+
+        net, opt = make_model()
+        net, opt = flor.load("cnn-demo", 37, into=(net, opt), block="train")
+        evaluate(net)
+    """
+    from .engine.loader import load as _load
+    from .settings import SETTINGS
+
+    return _load(name or SETTINGS.name, epoch, into=into, block=block, run=run, occurrence=occurrence, rng=rng,
+                 trust_pickles=trust_pickles, home=SETTINGS.home)
+
+
+def checkpoints(name: str | None = None, *, run: str | Sequence[str] | None = None) -> list:
+    """The checkpoints ``flor.load`` can restore: ``Checkpoint(run, block, epoch, occurrence)`` of the
+    latest run (``run="all"``: of every run), in epoch order."""
+    from .engine.loader import checkpoints as _checkpoints
+    from .settings import SETTINGS
+
+    return _checkpoints(name or SETTINGS.name, run=run, home=SETTINGS.home)

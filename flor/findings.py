@@ -155,6 +155,13 @@ CATALOGUE: dict[str, Entry] = {
     "FL333": Entry("flor.arg: the command line asks for another value than the recording used",
                    "record again to change it; the replay uses the recorded value"),
     "FL334": Entry("flor.arg names a hyperparameter the recording does not have", "nothing to do"),
+    "FL360": Entry("a tracker the script imported (MLflow, W&B, SummaryWriter) could not be quieted in this replay: "
+                   "its calls may write to the tracker",
+                   "guard the script's tracker calls with `if not flor.replaying():`"),
+    "FL361": Entry("--flor_export is not run by one worker of several: the others may not have finished",
+                   "run `flor export NAME --to TRACKER` after the last worker, or replay with `flor replay --export`"),
+    "FL362": Entry("--flor_export failed at the end of the replay; the replay's values are kept",
+                   "fix what the message names, then `flor export NAME --to TRACKER`"),
     # -- FL4: stores and spools ---------------------------------------------------------------
     "FL401": Entry("a run folder leads out of the store through a symbolic link: skipped",
                    "remove the link (`flor verify NAME` lists such problems)"),

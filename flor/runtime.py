@@ -17,7 +17,7 @@ from .errors import ConfigError, FlorError, ReplayError, StorageError, warn
 from .settings import SETTINGS, Settings
 from .store import ExperimentStore
 
-__all__ = ["current", "ensure_replayable", "install_error_hook", "start"]
+__all__ = ["current", "ensure_replayable", "install_error_hook", "quiet_trackers", "start"]
 
 _SESSION: Session | None = None
 _INERT = False  # a recording that could not start (unwritable store): the script runs without flor
@@ -104,6 +104,19 @@ def start(settings: Settings) -> Session:
     from .engine.replay import ReplaySession
 
     return ReplaySession(settings)
+
+
+def quiet_trackers(settings: Settings) -> None:
+    """In a replay, from ``import flor`` on: the script's own MLflow, W&B and SummaryWriter calls write
+    nowhere a team looks (flor.engine.trackers); the session starts when a writer needs its folder."""
+    if settings.mode != "replay":
+        return
+    from .engine.trackers import quiet_trackers as install
+
+    def session() -> Any:
+        return current()
+
+    install(lambda: session().script_tb, lambda: session().recorded_mlflow_run())
 
 
 def ensure_replayable(settings: Settings) -> None:

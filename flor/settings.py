@@ -22,6 +22,9 @@ flag                           variable             meaning
 ``--flor_epochs A:B``          ``FLOR_EPOCHS``      replay only epochs A..B-1 (a slice: ``40:61``, ``40:``,
                                                     ``:10``, ``7``)
 ``--flor_threads N``           ``FLOR_THREADS``     replay with N torch threads, not the recorded count (not bit-exact)
+``--flor_export T``            ``FLOR_EXPORT``      replay: at its end (a single worker's; ``flor replay --export``
+                                                    for several), export the run's values to tracker(s) T:
+                                                    ``mlflow``, ``wandb``, ``tensorboard`` (``flor export``)
 ``--flor_trust_pickles``       ``FLOR_TRUST_PICKLES=1`` replay: load pickled leaves of any manifest, signed or not
                                                     (a pickle can run code: only for stores you trust)
 (none)                         ``FLOR_CONFIG_DIR``  flor's config folder, holding ``key`` (default
@@ -74,7 +77,8 @@ from typing import Any, Mapping, Sequence
 from .errors import ConfigError
 from .placement import parse_segment, shared_replay_id, worker_place
 
-__all__ = ["Settings", "VERDICTS", "VERDICT_VARIABLES", "parse", "parse_epoch_range", "parse_s3_url", "validate_name",
+__all__ = ["EXPORT_TARGETS", "Settings", "VERDICTS", "VERDICT_VARIABLES", "parse", "parse_epoch_range", "parse_export",
+           "parse_s3_url", "validate_name",
            "SETTINGS"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
@@ -84,7 +88,7 @@ _BOOL_FALSE = {"0", "false", "no", "off", ""}
 
 #: flags that take a value, and flags that are switches
 _VALUE_FLAGS = {"--flor", "--flor_epochs", "--flor_threads", "--flor_run", "--flor_every", "--flor_overhead",
-                "--flor_spool", "--flor_verdict"}
+                "--flor_spool", "--flor_verdict", "--flor_export"}
 #: S3's bucket naming rules (lowercase letters, digits, '.', '-'; 3 to 63 characters)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SWITCH_FLAGS = {"--flor_strict", "--flor_lenient", "--flor_strong", "--flor_trust_pickles"}
@@ -94,6 +98,8 @@ MAX_THREADS = 1024
 MAX_WORKERS = 10**6
 #: how a replay worker ends, from the most to the least demanding (``Settings.verdict``)
 VERDICTS = ("strict", "default", "lenient")
+#: the trackers ``flor export`` and ``--flor_export`` write to (flor.export)
+EXPORT_TARGETS = ("mlflow", "tensorboard", "wandb")
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ class Settings:
     malloc: str = "raise"  # FLOR_MALLOC: "raise" glibc's thresholds once (flor.malloc) or leave them at "default"
     rank_timeout: float = 600.0  # DDP: seconds ranks wait for rank 0 to name the run (rank 0 may still load data)
     notes: tuple[str, ...] = ()  # flags given that this mode does not use: said once at import
+    export: tuple[str, ...] = ()  # replay: trackers its values are exported to at its end (--flor_export)
+    export_error: str | None = None  # the flor command: why FLOR_EXPORT could not be read (said when used)
 
     @property
     def strict(self) -> bool:
@@ -385,7 +393,11 @@ def _command_settings(env: Mapping[str, str]) -> Settings:
         spool = _spool_settings({}, env)
     except ConfigError:
         spool = {"spool": env.get("FLOR_SPOOL") or None}
-    return Settings(home=_home(env), config_dir=_config_dir(env), **spool)
+    try:  # `flor replay --export` takes it; a malformed one fails there, not `flor ls`
+        export, export_error = parse_export(env.get("FLOR_EXPORT") or "", "FLOR_EXPORT"), None
+    except ConfigError as exc:
+        export, export_error = (), str(exc)
+    return Settings(home=_home(env), config_dir=_config_dir(env), export=export, export_error=export_error, **spool)
 
 
 def _parse_overhead(text: str, origin: str) -> float:
@@ -398,6 +410,20 @@ def _parse_overhead(text: str, origin: str) -> float:
     return value
 
 
+def parse_export(text: str, origin: str = "--flor_export/FLOR_EXPORT") -> tuple[str, ...]:
+    """The trackers named by ``mlflow,wandb`` (empty: none); a ConfigError names an unknown one.
+
+    >>> parse_export("mlflow, tensorboard"), parse_export("")
+    (('mlflow', 'tensorboard'), ())
+    """
+    targets = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
+    unknown = [t for t in targets if t not in EXPORT_TARGETS]
+    if unknown:
+        raise ConfigError(f"{origin}: {unknown[0]!r} is not a tracker flor exports to; give one of "
+                          f"{', '.join(EXPORT_TARGETS)} (several joined by commas)")
+    return targets
+
+
 def _parse_threads(text: str) -> int:
     threads = int(text) if text.strip().isdigit() and len(text.strip()) < 10 else 0
     if not 1 <= threads <= MAX_THREADS:
@@ -408,7 +434,7 @@ def _parse_threads(text: str) -> int:
 
 #: flags that one mode takes and the other has no use for
 _REPLAY_ONLY = ("--flor_run", "--flor_epochs", "--flor_threads", "--flor_verdict", "--flor_strict", "--flor_lenient",
-                "--flor_strong", "--flor_trust_pickles")
+                "--flor_strong", "--flor_trust_pickles", "--flor_export")
 _RECORD_ONLY = ("--flor_every", "--flor_overhead")
 
 
@@ -527,6 +553,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
     epoch_range = parse_epoch_range(epochs_text, "--flor_epochs/FLOR_EPOCHS") if epochs_text else None
     threads_text = flags.get("--flor_threads") or env.get("FLOR_THREADS") or None
     threads = _parse_threads(threads_text) if threads_text is not None else None
+    export = parse_export(flags.get("--flor_export") or env.get("FLOR_EXPORT") or "")
 
     if name is None:
         if replay:
@@ -562,7 +589,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         Settings(
             mode="replay", name=name, home=home, pid=pid, ngpus=ngpus, placed_by=placed_by,
             run=run, verdict=verdict, strong=strong, replay_id=replay_id, epoch_range=epoch_range,
-            threads=threads, debug=debug, malloc=malloc, notes=notes, rank_timeout=rank_timeout, **trust, **spool,
+            threads=threads, debug=debug, malloc=malloc, notes=notes, rank_timeout=rank_timeout, export=export,
+            **trust, **spool,
         ),
         rest,
     )

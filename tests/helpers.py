@@ -314,6 +314,7 @@ ABSURD = [
     (["--flor", "t", "--replay_flor"], {"FLOR_EPOCHS": ":" + HUGE}),
     (["--flor", "t", "--replay_flor", "--flor_threads", "100000"], {}), (["--flor", "t", "--replay_flor", "--flor_threads", "0"], {}),
     (["--flor", "t", "--replay_flor", "--flor_threads=-1"], {}), (["--flor", "t", "--replay_flor"], {"FLOR_THREADS": HUGE}),
+    (["--flor", "t", "--replay_flor", "--flor_export", "neptune"], {}), (["--flor", "t"], {"FLOR_EXPORT": "mlflow,x"}),
     (["--flor", "t"], {"FLOR_SPOOL_WAIT": "abc"}), (["--flor", "t"], {"FLOR_SPOOL_WAIT": "-5"}),
     (["--flor", "t"], {"FLOR_SPOOL_WAIT": "nan"}), (["--flor", "t"], {"FLOR_SPOOL_WAIT": "inf"}),
     (["--flor", "t"], {"FLOR_SPOOL_BUDGET": "abc"}), (["--flor", "t"], {"FLOR_SPOOL_BUDGET": "-5"}),
@@ -337,3 +338,19 @@ ABSURD_AT_START = [
     (["--flor", "t", "--replay_flor", "--flor_run", "1999"], {}),
     (["--flor", "t", "--replay_flor", "--flor_threads", str(1024)], {"FLOR_EPOCHS": "5:"}),
 ]
+
+
+def fake_run(home: Path, recorded: list[dict], replayed: list[dict], epochs: int = 3):
+    """Experiment "ex" with one finished run "r1" as a recording and one replay leave it: run.json and
+    the records given (step, block and t filled in); its ExperimentStore."""
+    from flor.store import ExperimentStore
+    from flor.store.runmeta import FORMAT as RUN_FORMAT
+
+    d = home / "ex" / "runs" / "r1"
+    (d / "logs").mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"name": "ex", "run": "r1", "status": "finished", "format": RUN_FORMAT,
+                                            "epochs_done": epochs}))
+    for name, rows in (("record.jsonl", recorded), ("replay-p1-0.jsonl", replayed)):
+        (d / "logs" / name).write_text("".join(json.dumps({"step": None, "block": None, "t": 1.0, **r}) + "\n"
+                                               for r in rows))
+    return ExperimentStore(home, "ex")

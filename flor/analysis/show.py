@@ -108,6 +108,25 @@ def _ranges(epochs: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
+def _trackers(notes: dict[str, Any]) -> list[tuple[str, str]]:
+    """The trackers run.json notes, one line each (``flor.engine.trackers``): what ``flor export`` fills.
+
+    >>> _trackers({"mlflow": {"run_id": "ab12", "tracking_uri": "sqlite:////w/m.db"},
+    ...            "tensorboard": {"logdirs": ["/w/tb"]}})
+    [('mlflow run', 'ab12 at sqlite:////w/m.db'), ('script logdir', '/w/tb')]
+    """
+    out = []
+    mlflow, wandb, tb = (notes.get(k) or {} for k in ("mlflow", "wandb", "tensorboard"))
+    if mlflow.get("run_id"):
+        out.append(("mlflow run", f"{mlflow['run_id']} at {mlflow.get('tracking_uri') or '?'}"))
+    if wandb.get("id"):
+        path = "/".join(str(x) for x in (wandb.get("entity"), wandb.get("project"), wandb["id"]) if x)
+        out.append(("wandb run", f"{path} ({wandb.get('mode') or '?'})"))
+    if tb.get("logdirs"):
+        out.append(("script logdir", ", ".join(map(str, tb["logdirs"]))))
+    return out
+
+
 def render_report(rep: dict[str, Any]) -> str:
     meta = rep["meta"]
     v = meta.versions
@@ -151,6 +170,8 @@ def render_report(rep: dict[str, Any]) -> str:
         row("replays", "none")
     if rep["tensorboard"]:
         row("tensorboard", f"tensorboard --logdir {rep['tensorboard']}")
+    for tracker, where in _trackers(meta.trackers):  # where the script reported: what `flor export` fills
+        row(tracker, where)
     if rep["plots"]:
         row("plots", ", ".join(rep["plots"]))
     values = rep["values"]

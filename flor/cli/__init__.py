@@ -19,6 +19,7 @@ from ..settings import SETTINGS, validate_name
 from ..store import ExperimentStore
 from .analysis import add_analysis_commands
 from .common import human_size
+from .export import add_export_command
 from .replay import add_replay_command
 from .spool import add_spool_commands
 from .verify import add_verify_command
@@ -36,6 +37,7 @@ EPILOG = """examples:
   flor compare cnn-demo --by lr --metric val_acc      mean ± std over seeds, ranked
   flor metrics cnn-demo --definitions defs.json       regex metrics from printed lines
   flor replay cnn-demo --workers 2 -- python train.py  parallel replay; --plan to estimate first
+  flor export cnn-demo --to mlflow            recorded and hindsight values into the run's MLflow run
 Every command takes --help.
 """
 
@@ -96,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_spool_commands(sub)
     add_replay_command(sub)
     add_verify_command(sub)
+    add_export_command(sub)
     return parser
 
 

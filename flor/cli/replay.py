@@ -69,9 +69,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.ray is None:
         _check_command(command)
     _stop_on_termination()
-    return run_launch(store, run, command, executor=_executor(args.ray), workers=args.workers, gpus=gpus,
-                      epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh,
-                      verdict=args.verdict)
+    from ..settings import parse_export
+
+    if args.export is None and SETTINGS.export_error:
+        raise FlorError(SETTINGS.export_error)
+    targets = parse_export(args.export, "--export") if args.export is not None else SETTINGS.export
+    status = run_launch(store, run, command, executor=_executor(args.ray), workers=args.workers, gpus=gpus,
+                        epoch_range=epoch_range, strong=args.strong, threads=args.threads, fresh=args.fresh,
+                        verdict=args.verdict)
+    if targets:  # once, after every worker: the launch's values together, never one worker's half
+        from ..export import export_run
+
+        for target in targets:
+            print(f"flor: {export_run(store, run, target).line()}", file=sys.stderr)
+    return status
 
 
 def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
@@ -221,6 +232,9 @@ Run the same command again after a failure: only the missing segments replay. Se
                    help="torch threads per worker instead of the recorded count (not bit-exact); "
                         "auto: this machine's cores divided among the workers")
     p.add_argument("--run", default=None, help="a run id or unique prefix; default: the latest")
+    p.add_argument("--export", default=None, metavar="TRACKER",
+                   help="after the replay, export the run's values to mlflow, wandb or tensorboard (flor export; "
+                        "default: FLOR_EXPORT)")
     p.add_argument("--fresh", action="store_true", help="start a new replay instead of resuming an unfinished one")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run the workers as Ray tasks, one a segment (num_gpus=1 each on a GPU cluster); "

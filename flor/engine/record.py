@@ -39,6 +39,7 @@ from .ddp import RankLink
 from .exits import watch_exits
 from .runrecord import LEFT_OPEN, RunRecord
 from .session import Session, as_result, copy_source, new_run_id
+from .trackers import seen
 
 __all__ = ["RecordSession"]
 
@@ -120,6 +121,16 @@ class RecordSession(Session):
         if name not in self.meta.grads_carried:
             self.meta.grads_carried.append(name)
 
+    def _note_trackers(self) -> None:
+        """Where the script reports (an MLflow or W&B run, SummaryWriter logdirs): into run.json,
+        for ``flor export``. Only trackers the script imported are looked at (flor.engine.trackers)."""
+        found = seen(self.loop_frame)
+        for name, note in found.items():
+            if name == "tensorboard":  # every logdir seen, in order
+                old = self.meta.trackers.get(name, {}).get("logdirs", [])
+                note = {"logdirs": list(dict.fromkeys([*old, *note["logdirs"]]))}
+            self.meta.trackers[name] = note
+
     def _gpus(self) -> None:
         """The GPUs into run.json's versions, on the writer (``flor.runinfo.gpus``)."""
         found = gpus()
@@ -195,6 +206,7 @@ class RecordSession(Session):
         self.meta.epochs_done = epoch + 1
         self.meta.epoch_blocks[str(epoch)] = self.epoch_blocks
         self.meta.timings["epoch_s"].append(round(time.perf_counter() - self.epoch_started, 6))
+        self._note_trackers()
         self.logs.flush()
         policy = self.checkpoints.policy
         self._observe_watch()
@@ -282,6 +294,7 @@ class RecordSession(Session):
             self.meta.loop_ended = "break"
             self.end_epoch(self.epoch, noted=False)
         self.mark("end")
+        self._note_trackers()  # a run started after the loop, or a script without flor.it
         self.state_file.close()
         left: list = []
         cp = self.checkpoints

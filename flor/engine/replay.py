@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError, StorageError
@@ -109,6 +110,33 @@ class ReplaySession(Session):
         self.checkpoints.code_changed = compare_script(self.meta, self.run_dir, self.note)
         self.summary = Summary(header="")
         self._install_hooks()
+
+    @property
+    def script_tb(self) -> Path:
+        """Where the script's own SummaryWriter writes in this replay (flor.engine.trackers)."""
+        return self.layout.tb_replay(self.replay_id) / f"script-{self.pid}"
+
+    def recorded_mlflow_run(self) -> str | None:
+        note = self.meta.trackers.get("mlflow") or {}
+        return note.get("run_id") if isinstance(note.get("run_id"), str) else None
+
+    def _export(self) -> None:
+        """``--flor_export``: the run's values into the trackers, by a replay that covered every epoch
+        alone; a worker of several leaves it to ``flor replay --export``, which runs it once after all."""
+        if self.ngpus != 1:
+            print(f"flor: FL361 --flor_export: worker {self.pid} of {self.ngpus} does not export (the others may "
+                  f"not have finished); run `flor export {self.settings.name} --to "
+                  f"{','.join(self.settings.export)}` after the last, or replay with flor replay --export",
+                  file=sys.stderr)
+            return
+        from ..export import export_run
+
+        for target in self.settings.export:
+            try:
+                print(f"flor: {export_run(self.store, self.run, target).line()}", file=sys.stderr)
+            except FlorError as exc:
+                print(f"flor: FL362 --flor_export {target} failed: {exc}; the replay's values are kept, export them "
+                      f"with `flor export {self.settings.name} --to {target}`", file=sys.stderr)
 
     def note(self, code: str, text: str) -> None:
         """Say finding ``code`` with ``text`` now, once; the summary file keeps it (``FL309 text``), the
@@ -383,6 +411,8 @@ class ReplaySession(Session):
             outputs = [self.logs.path, self.summary_path, self.layout.replay_output(self.replay_id, self.pid)]
             keys = [p.relative_to(self.store.root).as_posix() for p in outputs]
             spool_files(self.store, self.settings.spool, keys)
+        if self.settings.export:
+            self._export()
         if s.diverged and not self.settings.lenient and self.exit_error is None:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -97,7 +97,7 @@ class Restorer:
                     self._sound.add(key)
         return dropped
 
-    def _pickles(self, manifest: dict) -> Any:
+    def pickle_trust(self, manifest: dict) -> Any:
         """May this manifest's pickled leaves be loaded? Only when it is signed with this user's
         key, or with --flor_trust_pickles (flor.store.trust)."""
         from ..state import PickleTrust
@@ -162,7 +162,7 @@ class Restorer:
         from ..state import decode
 
         cache = self.store.blobs.get_many(blob_hashes(manifest[key]))
-        return decode(manifest[key], cache.__getitem__, path=key, pickles=self._pickles(manifest))
+        return decode(manifest[key], cache.__getitem__, path=key, pickles=self.pickle_trust(manifest))
 
     def _undrawn(self, manifest: dict, key: str, captured: dict) -> Callable[[int, int], bool]:
         """``diff_rng``'s check of the CUDA generators only one side has a device for: nothing
@@ -208,7 +208,7 @@ class Restorer:
         t0 = time.perf_counter()
         try:
             restored = restore_all(list(objs), manifest["objects"], manifest["rng"], cache.__getitem__,
-                                   pickles=self._pickles(manifest))
+                                   pickles=self.pickle_trust(manifest))
         except StateError as exc:
             first = self.plan.first if self.plan is not None else 0
             if first == 0:

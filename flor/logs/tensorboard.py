@@ -36,7 +36,7 @@ from typing import IO, Any, Callable, Iterable
 from .._files import open_append
 from . import record_key, same_value
 
-__all__ = ["EventFileWriter", "RecordEvents", "global_step", "write_replay_events"]
+__all__ = ["EventFileWriter", "RecordEvents", "global_step", "scalar_value", "write_replay_events"]
 
 
 class EventFileWriter:
@@ -255,7 +255,8 @@ def global_step(rec: dict, epochs: int) -> int | None:
     return {"before": 0, "after": epochs}.get(rec.get("loop") or "")
 
 
-def _scalar(value: Any) -> float | None:
+def scalar_value(value: Any) -> float | None:
+    """A logged value as the float a chart plots (a bool as 0 or 1); None for a string."""
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
@@ -269,7 +270,7 @@ def _scalar(value: Any) -> float | None:
 def scalars_of(records: Iterable[dict], epochs: int) -> list[tuple[str, float, int, float]]:
     out = []
     for rec in records:
-        value, x = _scalar(rec.get("value")), global_step(rec, epochs)
+        value, x = scalar_value(rec.get("value")), global_step(rec, epochs)
         if value is not None and x is not None:
             out.append((str(rec["name"]), value, x, float(rec.get("t") or time.time())))
     return out

@@ -96,6 +96,10 @@ class RunMeta:
     #: the status the script asked for when it ended through ``sys.exit(n)`` or ``SystemExit(n)``
     #: (a message counts as 1); absent otherwise (flor.engine.exits)
     exit_code: int | None = None
+    #: the trackers the script reported to, as the recording saw them (flor.engine.trackers): ``mlflow``
+    #: {run_id, tracking_uri, experiment_id}, ``wandb`` {entity, project, id, dir, mode}, ``tensorboard``
+    #: {logdirs}; what ``flor export`` writes into
+    trackers: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -216,7 +220,7 @@ class RunMeta:
         for name in ("git", "checkpoint_policy", "background"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where)
-        for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics", "write_failures"):
+        for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics", "write_failures", "trackers"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where, optional=False)
         for name in ("argv", "outside_blocks", "checkpoint_failures", "checkpoint_skipped", "rank_mismatches",
@@ -229,4 +233,7 @@ class RunMeta:
         for epoch, blocks in kw.get("epoch_blocks", {}).items():
             if not epoch.isdigit() or not isinstance(blocks, list):
                 raise StorageError(f"{where}: epoch_blocks[{epoch!r}] is not a list of blocks of an epoch")
+        for tracker, note in kw.get("trackers", {}).items():
+            if not isinstance(note, dict):
+                raise StorageError(f"{where}: trackers[{tracker!r}] is not an object; the file is damaged")
         return cls(**kw)

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("flor.store",),
     ("flor.state", "flor.leaves", "flor.watch"),
     ("flor.runinfo", "flor.hparams"),
+    ("flor.export",),
     ("flor.engine",),
     ("flor.runtime",),
     ("flor.api", "flor"),
@@ -44,6 +45,8 @@ ALLOWED = {("flor.api", "flor.analysis")}
 FORBIDDEN = {
     "flor.analysis": ("flor.engine", "flor.runtime", "flor.api", "flor.launch", "flor.cli", "flor.store.s3",
                       "flor.store.sync", "flor.state"),
+    # exporters read the store and write to trackers: never the engine's state or the store's uploads
+    "flor.export": ("flor.state", "flor.watch", "flor.store.s3", "flor.store.sync"),
 }
 
 # Pure layers: no torch, so settings and plans load in a launcher without it.
