@@ -74,8 +74,8 @@ from typing import Any, Mapping, Sequence
 from .errors import ConfigError
 from .placement import parse_segment, shared_replay_id, worker_place
 
-__all__ = ["Settings", "VERDICTS", "VERDICT_VARIABLES", "parse", "parse_epoch_range", "parse_s3_url", "validate_name",
-           "SETTINGS"]
+__all__ = ["Settings", "VERDICTS", "VERDICT_VARIABLES", "parse", "parse_epoch_range", "parse_s3_url",
+           "strip_flor_flags", "validate_name", "SETTINGS"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _SEGMENT_RE = re.compile(r"^-?[A-Za-z0-9]*/[A-Za-z0-9]*$")
@@ -462,6 +462,39 @@ def _split_flags(argv: Sequence[str]) -> tuple[dict[str, str | None], list[str]]
             rest.append(word)  # the script's own flag (--flor_x): flor's flags are the ones it knows
         i += 1
     return found, rest
+
+
+def strip_flor_flags(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``args`` (a script's arguments, no argv[0]) without any of flor's flags, and the words
+    taken out. A sweep replays each run with its recorded arguments, and those are data from a
+    store: flor's settings come from the user's own command line and environment only, so a
+    ``--flor_trust_pickles`` or ``--flor_spool s3://elsewhere`` planted there is never applied.
+    Every word that starts like one of flor's flags goes (with the next word as its value where
+    the flag takes one); words after ``--`` are the script's and stay.
+
+    >>> strip_flor_flags(["--lr", "0.1", "--flor_spool", "s3://x/y", "--flor_trust_pickles", "--", "--flor_x"])
+    (['--lr', '0.1', '--', '--flor_x'], ['--flor_spool', 's3://x/y', '--flor_trust_pickles'])
+    """
+    kept: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            kept.extend(args[i:])
+            break
+        flag, eq, _ = word.partition("=")
+        if flag == "--flor" or flag.startswith("--flor_") or flag == "--replay_flor":
+            dropped.append(word)
+            takes = flag in _VALUE_FLAGS or (flag == "--replay_flor" and i + 1 < len(args)
+                                              and _SEGMENT_RE.match(args[i + 1]) is not None)
+            if takes and not eq and i + 1 < len(args):
+                dropped.append(args[i + 1])
+                i += 1
+        else:
+            kept.append(word)
+        i += 1
+    return kept, dropped
 
 
 def _not_a_typo(flag: str, word: str) -> None:

