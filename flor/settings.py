@@ -102,7 +102,7 @@ class Settings:
 
     mode: str = "inert"  # "inert" | "record" | "replay"
     name: str | None = None
-    home: Path = field(default_factory=lambda: Path("~/.flor").expanduser())
+    home: Path = field(default_factory=lambda: _user_path("~/.flor"))
     pid: int = 0
     ngpus: int = 1
     placed_by: str = "default"  # where pid/ngpus came from
@@ -120,7 +120,7 @@ class Settings:
     epoch_range: tuple[int, int | None] | None = None  # replay: only epochs [start, stop)
     threads: int | None = None  # replay: torch threads; None: the recorded count
     trust_pickles: bool = False  # replay: load pickled leaves also from manifests not signed with our key
-    config_dir: Path = field(default_factory=lambda: Path("~/.config/flor").expanduser())  # holds the key
+    config_dir: Path = field(default_factory=lambda: _user_path("~/.config/flor"))  # holds the key
     debug: bool = False  # FLOR_DEBUG: show the traceback of a FlorError that ends the script
     flush_timeout: float = 20.0  # record: the exit waits this long for queued checkpoints (Slurm/k8s grace)
     writer_memory: int | None = None  # record: bytes of queued snapshots; None: min(1 GiB, 10% of RAM)
@@ -359,6 +359,21 @@ def _malloc(env: Mapping[str, str]) -> str:
     return value
 
 
+def _user_path(text: str) -> Path:
+    """``text`` with ``~`` expanded; a ConfigError, not a RuntimeError, where no home directory can
+    be found (``HOME`` unset and this uid without a passwd entry: containers run with any uid)."""
+    try:
+        return Path(text).expanduser()
+    except (RuntimeError, KeyError) as exc:
+        raise ConfigError(f"cannot find your home directory for {text} (HOME is unset and uid {os.getuid()} has no "
+                          "passwd entry): set HOME, or FLOR_HOME and FLOR_CONFIG_DIR") from exc
+
+
+#: what an inert process holds for its store and config folders where no home directory can be found
+_INERT_HOME = Path("~/.flor")
+_INERT_CONFIG = Path("~/.config/flor")
+
+
 def _config_dir(env: Mapping[str, str]) -> Path:
     """flor's config folder (the HMAC key lives there): ``FLOR_CONFIG_DIR``, else
     ``$XDG_CONFIG_HOME/flor``, else ``~/.config/flor``."""
@@ -366,12 +381,12 @@ def _config_dir(env: Mapping[str, str]) -> Path:
     if not text.strip():
         xdg = env.get("XDG_CONFIG_HOME") or ""
         text = str(Path(xdg) / "flor") if xdg.strip() and Path(xdg).is_absolute() else "~/.config/flor"
-    path = Path(text).expanduser()
+    path = _user_path(text)
     return path if path.is_absolute() else Path.cwd() / path
 
 
 def _home(env: Mapping[str, str]) -> Path:
-    home = Path(env.get("FLOR_HOME") or "~/.flor").expanduser()
+    home = _user_path(env.get("FLOR_HOME") or "~/.flor")
     return home if home.is_absolute() else Path.cwd() / home
 
 
@@ -539,14 +554,12 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         else:
             replay, replay_value = True, raw
 
-    home = _home(env)
-
     verdict = _verdict(flags, env)
     strong = _parse_bool(flags.get("--flor_strong") or env.get("FLOR_STRONG", "0"), "--flor_strong/FLOR_STRONG")
     rank_timeout = _rank_timeout(env)
     debug = _parse_bool(env.get("FLOR_DEBUG", "0"), "FLOR_DEBUG")
     malloc = _malloc(env)
-    trust: dict[str, Any] = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
+    trust: dict[str, Any] = {"config_dir": _INERT_CONFIG, "trust_pickles": _parse_bool(
         flags.get("--flor_trust_pickles") or env.get("FLOR_TRUST_PICKLES", "0"),
         "--flor_trust_pickles/FLOR_TRUST_PICKLES")}
     every_text = flags.get("--flor_every") or env.get("FLOR_EVERY") or None  # empty: unset, as the others
@@ -566,9 +579,17 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
             raise ConfigError(
                 f"{replay_origin} needs an experiment to replay: add --flor NAME (or set FLOR_NAME)"
             )
-        inert = Settings(mode="inert", home=home, debug=debug, config_dir=trust["config_dir"], malloc=malloc, **spool)
+        # inert: nothing is read or made; where no home directory can be found (HOME unset, a uid without a
+        # passwd entry) the paths stay unexpanded: only the `flor` command, run as `python -m flor`, reads them
+        try:
+            home, config_dir = _home(env), _config_dir(env)
+        except ConfigError:
+            home, config_dir = _INERT_HOME, _INERT_CONFIG
+        inert = Settings(mode="inert", home=home, debug=debug, config_dir=config_dir, malloc=malloc, **spool)
         return inert, rest
     validate_name(name)
+    home = _home(env)
+    trust["config_dir"] = _config_dir(env)
 
     notes = _ignored_flags(flags, "replay" if replay else "record")
     if not replay:
@@ -609,7 +630,11 @@ def _from_process() -> Settings:
     """
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
     if argv0 in ("flor", "flor.exe") or argv0 == "__main__.py" and "flor" in sys.argv[0]:
-        return _command_settings(os.environ)  # the flor command itself: its arguments are its own
+        try:
+            return _command_settings(os.environ)  # the flor command itself: its arguments are its own
+        except ConfigError as exc:
+            print(f"flor: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     try:
         settings, rest = parse(sys.argv, os.environ)
     except ConfigError as exc:

@@ -27,6 +27,10 @@ __all__ = [
     "pick_run",
 ]
 
+#: the most JSON objects and lists one metadata file (run.json, a manifest) may hold: a real manifest
+#: holds a few per leaf; 60 MB of ``{}`` would cost GBs to parse
+MAX_NODES = 2_000_000
+
 _BLOCK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 
@@ -202,8 +206,13 @@ class ExperimentStore:
         return self.root / self.run_key(run, *parts)
 
     def read_json(self, key: str) -> Any:
+        data = self.backend.read(key, limit=MAX_METADATA)
+        nodes = data.count(b"{") + data.count(b"[")  # an upper bound on the objects and lists parsed, in C
+        if nodes > MAX_NODES:
+            raise StorageError(f"{self.backend.path(key)} holds {nodes} JSON objects and lists, more than flor reads "
+                               f"({MAX_NODES}; each costs memory to parse): it was damaged or planted")
         try:
-            return json.loads(self.backend.read(key, limit=MAX_METADATA))
+            return json.loads(data)
         except (ValueError, RecursionError) as exc:  # RecursionError: nested past what the parser takes
             raise StorageError(f"{self.backend.path(key)} is not valid JSON ({type(exc).__name__}: {exc}); "
                                "it was damaged") from exc

@@ -219,3 +219,79 @@ def test_repair_waits_for_no_recording_and_keeps_young_blobs(recorded: Runner, t
     os.utime(path, (1e9, 1e9))
     old = r.flor("verify", "shared", "--repair", check=False)
     assert "removed unreferenced blob" in old.stdout and not path.exists(), old.stdout
+
+
+# -- import flor without flor flags is inert --------------------------------------------------------------
+
+INERT_SCRIPT = """
+import sys
+{prelude}
+import flor
+total = 0
+for epoch in flor.it(range(3)):
+    if flor.SkipBlock.step_into("train"):
+        total += epoch
+    total = flor.SkipBlock.end(total)
+    flor.log("total", total)
+print("trained", total, sys.argv[1:])
+"""
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="needs root to become a uid without a passwd entry")
+def test_import_flor_without_flags_touches_no_home_even_without_one(tmp_path: Path) -> None:
+    """A container with an arbitrary uid (no passwd entry) and HOME unset: ``import flor`` died
+    looking for a home directory it had no use for."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in Runner(tmp_path).env().items() if not k.startswith(("FLOR_", "XDG_"))}
+    env["HOME"] = str(home)
+    script = tmp_path / "plain.py"
+    script.write_text(INERT_SCRIPT.format(prelude=""))
+    proc = subprocess.run([sys.executable, str(script), "--lr", "1"], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "trained 3 ['--lr', '1']" in proc.stdout, proc.stderr
+    assert list(home.iterdir()) == [] and sorted(tmp_path.iterdir()) == sorted([home, script])
+
+    # the modules flor's import needs, imported as root: the interpreter lives under /root, which the
+    # unnamed uid cannot read; flor itself is imported after the switch, as that uid, with HOME unset
+    mods = subprocess.run([sys.executable, "-c", "import sys; before = set(sys.modules); import flor; "
+                           "print(' '.join(sorted(m for m in set(sys.modules) - before "
+                           "if not m.startswith('flor') and '.' not in m)))"],
+                          env=env, capture_output=True, text=True, timeout=120).stdout.split()
+    uid = 4242
+    prelude = (f"import os, importlib\nfor m in {mods!r}:\n    importlib.import_module(m)\n"
+               f"os.setgroups([]); os.setgid({uid}); os.setuid({uid}); os.environ.pop('HOME', None)\n")
+    script.write_text(INERT_SCRIPT.format(prelude=prelude))
+    script.chmod(0o644)
+    nobody = {k: v for k, v in env.items() if k != "HOME"}
+    proc = subprocess.run([sys.executable, str(script), "--lr", "1"], env=nobody, cwd="/", capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "trained 3" in proc.stdout, proc.stderr
+
+
+# -- every number from run.json is bounded; manifests are bounded in nodes -----------------------------------
+
+@pytest.mark.parametrize("field,value", [("started", 1e308), ("epochs_done", 10**15)])
+def test_an_out_of_range_number_in_run_json_is_a_named_damaged_run(recorded: Runner, tmp_path: Path,
+                                                                    field: str, value: float) -> None:
+    r, run = _fresh(recorded, tmp_path)
+    path = r.home / "shared" / "runs" / run / "run.json"
+    meta = json.loads(path.read_text())
+    meta[field] = value
+    path.write_text(json.dumps(meta))
+    listed = r.flor("ls", "shared", check=False)
+    assert "Traceback" not in listed.stderr and "FL402" in listed.stderr and run in listed.stderr, listed.stderr
+    shown = r.flor("show", "shared", run, check=False)
+    assert shown.returncode == 2 and f"{field} is" in shown.stderr and "Traceback" not in shown.stderr, shown.stderr
+    planned = r.flor("replay", "shared", "--run", run, "--plan", check=False)
+    assert planned.returncode == 2 and "out of range" in planned.stderr, planned.stderr
+    checked = r.flor("verify", "shared", check=False)
+    assert checked.returncode == 1 and f"{field} is" in checked.stdout and "out of range" in checked.stdout
+
+
+def test_a_manifest_of_millions_of_empty_objects_is_refused_unparsed(recorded: Runner, tmp_path: Path) -> None:
+    r, run = _fresh(recorded, tmp_path)
+    [manifest, *_] = sorted((r.home / "shared" / "runs" / run / "checkpoints").rglob("*.json"))
+    manifest.write_bytes(b"[" + b"{}," * 3_000_000 + b"{}]")
+    checked = r.flor("verify", "shared", check=False)
+    assert checked.returncode == 1 and "JSON objects and lists, more than flor reads" in checked.stdout, checked.stdout

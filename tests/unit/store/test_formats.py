@@ -81,3 +81,19 @@ def test_a_module_node_has_both_its_frozen_and_eval_lists(extra):
     with pytest.raises(CheckpointError, match="frozen parameters and its modules in eval mode are not both given"):
         check_manifest(_manifest(**extra), "m.json")
     check_manifest(_manifest(), "m.json")  # a node of another stateful object: neither
+
+
+@pytest.mark.parametrize("field,value", [("started", 1e308), ("ended", float("inf")), ("started", -5.0),
+                                         ("epochs_done", 10**15), ("process_started", float("nan")),
+                                         ("world_size", 10**9), ("pid", 2**40)])
+def test_a_number_of_run_json_past_its_bound_is_a_damaged_file(field, value):
+    obj = {"name": "x", "run": "r", "format": RUN_FORMAT, field: value}
+    with pytest.raises(StorageError, match=f"{field} is .*out of range"):
+        RunMeta.from_json(obj, "runs/r/run.json")
+
+
+def test_epoch_durations_must_be_finite_seconds():
+    obj = {"name": "x", "run": "r", "format": RUN_FORMAT, "timings": {"epoch_s": [1.0, 1e308 * 10]}}
+    with pytest.raises(StorageError, match="timings.epoch_s"):
+        RunMeta.from_json(obj, "runs/r/run.json")
+    assert RunMeta.from_json({**obj, "timings": {"epoch_s": [1.0, 2]}}, "w").timings["epoch_s"] == [1.0, 2]
