@@ -61,17 +61,19 @@ class RecordSession(Session):
         script = script_info(sys.argv[0] if sys.argv else "")
         git, diff = git_info(script["script"], exclude=[settings.home])
         self.meta = RunMeta(
-            name=settings.name or "", run=self.run, pid=os.getpid(), argv=redact_argv(list(sys.argv)),
+            name=settings.name or "", run=self.run, pid=os.getpid(),
+            argv=redact_argv(list(sys.argv), hparams.secret_flags()),
             cwd=os.getcwd(), script=script["script"], script_sha256=script["script_sha256"], git=git,
             versions=versions(), torch_threads=torch.get_num_threads(), started=self.started,
             hyperparameters=hparams.captured(), write_failures=self.write_failures,
         )
+        self.argv, self.source_sha = list(sys.argv), None  # kept to hide later-known secret flags (argparse)
         self.record = RunRecord(self.store, self.meta, self.write_failed)
         hparams.subscribe(self._hyperparameters)
         try:
             copy_source(script["script"], self.layout.source)
-            self.meta.signature = sign_run(settings.config_dir, self.meta.argv, source_sha(self.layout.source,
-                                                                                           script["script"]))
+            self.source_sha = source_sha(self.layout.source, script["script"])
+            self.meta.signature = sign_run(settings.config_dir, self.meta.argv, self.source_sha)
             if diff:
                 self.layout.diff_patch.write_text(diff)
         except OSError as exc:
@@ -136,8 +138,13 @@ class RecordSession(Session):
                 self.write_meta()
 
     def _hyperparameters(self, values: dict[str, Any]) -> None:
-        """argparse or flor.arg gave more hyperparameters after the run started."""
+        """argparse or flor.arg gave more hyperparameters after the run started; options whose dest is
+        secret-like hide their values in argv too (then signed again)."""
         self.meta.hyperparameters = values
+        argv = redact_argv(self.argv, hparams.secret_flags())
+        if argv != self.meta.argv:
+            self.meta.argv = argv
+            self.meta.signature = sign_run(self.settings.config_dir, argv, self.source_sha)
         if not self._closed:
             self.write_meta()
 

@@ -32,7 +32,8 @@ def recorded(tmp_path_factory) -> Runner:  # noqa: ANN001
 def _fresh(recorded: Runner, tmp_path: Path) -> tuple[Runner, str]:
     r = Runner(tmp_path)
     shutil.copytree(recorded.home, r.home)
-    shutil.copytree(recorded.cwd / "florconfig", r.cwd / "florconfig")
+    if (recorded.cwd / "florconfig").is_dir():  # the signing key
+        shutil.copytree(recorded.cwd / "florconfig", r.cwd / "florconfig")
     shutil.copy(recorded.cwd / "train.py", r.cwd / "train.py")
     [run] = [p.name for p in (r.home / "shared" / "runs").iterdir()]
     return r, run
@@ -331,3 +332,67 @@ def test_store_text_reaches_the_terminal_and_spreadsheets_inert(recorded: Runner
     assert "'" + FORMULA.replace('"', '""') in csv_out, csv_out
     raw = r.flor("logs", "shared", "--format", "csv", "--raw").stdout
     assert '"' + FORMULA.replace('"', '""') + '"' in raw and "'" + FORMULA not in raw
+
+
+# -- secrets -----------------------------------------------------------------------------------------------
+
+SECRET_OPTIONS = '''parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--env", action="append", default=[])
+parser.add_argument("--hf", dest="hf_token")
+parser.add_argument("-P", dest="db_password")
+parser.add_argument("--cfg", type=__import__("json").loads, default={})
+parser.add_argument("--url")
+parser.add_argument("--hdr")'''
+SECRETS = {  # the secret -> the words that give it
+    "awssecret_wJalrXUtn": ["--env", "AWS_SECRET_ACCESS_KEY=awssecret_wJalrXUtn"],
+    "hfsecret_S3CR3T": ["--hf", "hfsecret_S3CR3T"],
+    "dbsecret_MyDbPassw0rd": ["-Pdbsecret_MyDbPassw0rd"],
+    "cfgsecret_Zq8": ["--cfg", '{"lr": 0.1, "api_key": "cfgsecret_Zq8"}'],
+    "urlsecret_hunter2": ["--url", "https://data.example/x?user=me&password=urlsecret_hunter2"],
+    "bearersecret_abcdef123": ["--hdr", "Authorization: Bearer bearersecret_abcdef123"],
+}
+UNTRACKED = ("import sqlite3\nCONFIG = {'lr': 0.1, \"api_key\": \"dictsecret_K9x8c7\"}\n"
+             "db = dict(host='h', password=\"kwsecret_P4ss99\")\n")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_secrets_in_nested_hyperparameters_dest_options_untracked_code_and_urls_are_not_kept(tmp_path: Path) -> None:
+    r = Runner(tmp_path)
+    script = r.script(edits={'parser.add_argument("--seed", type=int, default=0)': SECRET_OPTIONS}, dest="train.py")
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=t", *args], cwd=r.cwd, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", script.name)
+    git("commit", "-qm", "init")
+    (r.cwd / "settings_local.py").write_text(UNTRACKED)
+    (r.cwd / "helper.py").write_text("WIDTH = 24\n")  # an untracked source file without secrets: kept
+    r.run(script, "--epochs", "1", *(w for words in SECRETS.values() for w in words), "--flor", "sec")
+    [run] = (r.home / "sec" / "runs").iterdir()
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["hyperparameters"]["env"] == ["AWS_SECRET_ACCESS_KEY=***"]
+    assert meta["hyperparameters"]["cfg"] == {"lr": 0.1, "api_key": "***"}
+    assert "-P***" in meta["argv"] and meta["argv"][meta["argv"].index("--hf") + 1] == "***"
+    diff = (run / "source" / "diff.patch").read_text()
+    assert "+WIDTH = 24" in diff and "settings_local.py" in meta["git"]["untracked_skipped"]
+    stored = {p: p.read_bytes() for p in r.home.rglob("*") if p.is_file()}
+    for secret in [*SECRETS, "dictsecret_K9x8c7", "kwsecret_P4ss99"]:
+        assert not [p for p, data in stored.items() if secret.encode() in data], secret
+
+
+def test_an_error_line_hides_the_password_in_the_s3_endpoint_url(recorded: Runner, tmp_path: Path) -> None:
+    import socket
+
+    r, _ = _fresh(recorded, tmp_path)
+    with socket.socket() as s:  # a port nobody listens on: the endpoint cannot be reached
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**r.env(), "AWS_ENDPOINT_URL_S3": f"http://minio:endpointsecret_Pw9@127.0.0.1:{port}",
+           "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1",
+           "FLOR_SPOOL": "s3://bucket/team"}
+    proc = subprocess.run([sys.executable, "-m", "flor", "spool", "shared"], cwd=r.cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and "127.0.0.1" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "endpointsecret_Pw9" not in proc.stdout + proc.stderr
