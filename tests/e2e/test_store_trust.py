@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Runner
+from helpers import Runner, git_repo
 
 PAYLOAD = "open('PWNED', 'w').close()  # planted\n"
 PLANTED_FLAGS = ["--flor_spool", "s3://attacker-bucket/x", "--flor_trust_pickles"]
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Runner:  # noqa: ANN001
+def recorded(tmp_path_factory) -> Runner:
     r = Runner(tmp_path_factory.mktemp("trust"))
     r.script(dest="train.py")
     r.run(r.cwd / "train.py", "--epochs", "2", "--flor", "shared")
@@ -359,14 +359,7 @@ UNTRACKED = ("import sqlite3\nCONFIG = {'lr': 0.1, \"api_key\": \"dictsecret_K9x
 def test_secrets_in_nested_hyperparameters_dest_options_untracked_code_and_urls_are_not_kept(tmp_path: Path) -> None:
     r = Runner(tmp_path)
     script = r.script(edits={'parser.add_argument("--seed", type=int, default=0)': SECRET_OPTIONS}, dest="train.py")
-
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=t", *args], cwd=r.cwd, check=True,
-                       capture_output=True)
-
-    git("init", "-q")
-    git("add", script.name)
-    git("commit", "-qm", "init")
+    git_repo(r.cwd, script)
     (r.cwd / "settings_local.py").write_text(UNTRACKED)
     (r.cwd / "helper.py").write_text("WIDTH = 24\n")  # an untracked source file without secrets: kept
     r.run(script, "--epochs", "1", *(w for words in SECRETS.values() for w in words), "--flor", "sec")
