@@ -389,3 +389,41 @@ def test_an_error_line_hides_the_password_in_the_s3_endpoint_url(recorded: Runne
                           text=True, timeout=120)
     assert proc.returncode != 0 and "127.0.0.1" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert "endpointsecret_Pw9" not in proc.stdout + proc.stderr
+
+
+# -- every write stays in the store ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def s3():
+    pytest.importorskip("moto.server", reason="the S3 tests need moto[server]: pip install -e '.[test]'")
+    import secrets
+
+    from s3server import MotoServer
+
+    server = MotoServer().start()
+    name = f"flor-{secrets.token_hex(6)}"
+    server.client().create_bucket(Bucket=name)
+    yield server, name
+    server.stop()
+
+
+def test_a_link_planted_at_plots_or_spool_is_never_written_through(recorded: Runner, tmp_path: Path, s3) -> None:
+    from s3server import s3_env
+
+    r, run = _fresh(recorded, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (r.home / "shared" / "runs" / run / "plots").symlink_to(outside)
+    alone = r.flor("plot", "shared", "acc", check=False)
+    assert alone.returncode == 2 and "leads out of the store" in alone.stderr, alone.stdout + alone.stderr
+    elsewhere = r.flor("plot", "shared", "acc", "-o", "acc.png", check=False)
+    assert elsewhere.returncode == 0 and "FL501" in elsewhere.stderr, elsewhere.stdout + elsewhere.stderr
+    assert (r.cwd / "acc.png").is_file() and list(outside.iterdir()) == []
+
+    server, bucket = s3
+    (r.home / "shared" / "spool").symlink_to(outside)
+    env = s3_env(r, server.endpoint, f"s3://{bucket}/team")
+    proc = subprocess.run([sys.executable, "-m", "flor", "spool", "shared"], cwd=r.cwd, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert "FL411" in proc.stderr and "leads out of the store" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert list(outside.iterdir()) == []
