@@ -10,7 +10,9 @@ the run's spool). It also reports names that are not identifiers of their kind
 ``repair`` removes what ``check_experiment`` found removable: temp files of writers that
 died (``.tmp-*``, see ``flor.store.local.is_stale_tmp``) and blobs that no manifest names,
 only inside ``objects/``. Orphans are kept when a manifest could not be read (it might name
-them) or a recording is still running (its blobs are written before its manifest).
+them) or a recording is still running (its blobs are written before its manifest), and those
+younger than a grace period whatever else; nothing is removed when a run folder or manifest
+cannot be read by this user (FL418). The caller holds the store's lock alone (``flor.store.lock``).
 
 >>> import tempfile
 >>> store = ExperimentStore(Path(tempfile.mkdtemp()), "demo")
