@@ -97,3 +97,17 @@ def test_epoch_durations_must_be_finite_seconds():
     with pytest.raises(StorageError, match="timings.epoch_s"):
         RunMeta.from_json(obj, "runs/r/run.json")
     assert RunMeta.from_json({**obj, "timings": {"epoch_s": [1.0, 2]}}, "w").timings["epoch_s"] == [1.0, 2]
+
+
+def test_a_metadata_file_too_many_or_too_deep_in_json_nodes_is_refused_with_one_line(tmp_path):
+    store = ExperimentStore(tmp_path, "x")
+    path = store.root / "runs" / "r1" / "run.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"[" + b"{}," * 2_000_001 + b"{}]")
+    with pytest.raises(StorageError, match="JSON objects and lists, more than flor reads"):
+        store.read_json("runs/r1/run.json")
+    path.write_bytes(b"[" * 300 + b"]" * 300)
+    with pytest.raises(StorageError, match="deeper than 256 levels"):
+        store.read_json("runs/r1/run.json")
+    path.write_bytes(b"[" * 200 + b"]" * 200)
+    assert store.read_json("runs/r1/run.json") == eval("[" * 200 + "]" * 200)
