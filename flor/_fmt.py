@@ -2,38 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
+from .errors import printable
+
 __all__ = ["clock", "human_size", "listed", "printable", "progress", "span"]
-
-
-#: C0 controls but tab and newline, DEL, and C1 controls (CSI, OSC...): what a terminal acts on
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: object, *, newlines: bool = True) -> str:
-    r"""``text`` with every character a terminal would act on (ESC sequences such as OSC 52
-    clipboard writes, a CR that overwrites the line, bidirectional overrides) written as a
-    visible escape: what a store says is shown, never obeyed. With ``newlines=False`` a newline
-    is escaped too (a name printed on one line must stay on it).
-
-    >>> printable("loss\x1b]52;c;aGk=\x07\rflor: replay verified exact")
-    'loss\\x1b]52;c;aGk=\\x07\\rflor: replay verified exact'
-    """
-    text = str(text)
-    pattern = _CONTROL if newlines else _CONTROL_NL
-    if not pattern.search(text):
-        return text
-    return pattern.sub(_escape, text)
-
-
-_CONTROL_NL = re.compile(_CONTROL.pattern[:-1] + "\n]")
-
-
-def _escape(m: re.Match) -> str:
-    c = m.group()
-    return {"\r": "\\r", "\n": "\\n"}.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
 
 
 def human_size(n: float, *, base: int = 1024) -> str:
