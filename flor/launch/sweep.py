@@ -262,7 +262,7 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
     lock = threading.Lock()
     for sr in plan:
         if sr.skipped:
-            err.write(f"flor: run {sr.run} skipped: {sr.skipped}\n")
+            err.write(f"flor: run {sr.run} skipped: {printable(sr.skipped)}\n")
         elif sr.dropped:
             err.write(line("FL416", f"run {sr.run}: flor's own flags in its recorded argv are not applied "
                                     f"({printable(shlex.join(sr.dropped), newlines=False)}); flor's settings come "

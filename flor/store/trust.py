@@ -28,7 +28,7 @@ import stat
 from pathlib import Path
 
 from .._files import open_append, open_file
-from ..errors import ConfigError, warn
+from ..errors import ConfigError, printable, warn
 
 __all__ = ["KEY_FILE", "SPOOLS_FILE", "TRUSTED_KEYS", "key_file", "key_id", "load_key", "remember_spool",
            "run_bytes", "sign_run", "signer", "spool_trusted", "trusted_keys", "verify", "verify_run"]
@@ -223,7 +223,7 @@ def verify_run(signature: object, argv: list[str], source_sha256: str | None, co
         keys.insert(0, own)
     key = next((k for k in keys if key_id(k) == signature.get("key")), None)
     if key is None:
-        return (f"they are signed with a key you do not trust (id {str(signature.get('key'))[:16]}); "
+        return (f"they are signed with a key you do not trust (id {printable(signature.get('key'))[:16]}); "
                 f"add it to {Path(config_dir) / TRUSTED_KEYS}/ to trust its runs")
     mac = hmac.new(key, run_bytes(argv, source_sha256), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(signature["mac"], mac):
