@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     if not isinstance(sys.stdout, InertStream):  # what a store says is printed, never obeyed by the terminal
         sys.stdout = InertStream(sys.stdout)
-        sys.stderr = InertStream(sys.stderr, keep_cr=args.func.__name__ == "cmd_replay")
+        sys.stderr = InertStream(sys.stderr, keep_cr=True)  # progress bars redraw with a leading CR
     try:
         return _run(args)
     finally:

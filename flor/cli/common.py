@@ -21,19 +21,17 @@ class InertStream:
     """A text stream whose writes reach the terminal inert: every string a command prints may come
     from a store (run ids, hyperparameters, argv, metric names, notes), which anyone may write, so
     control characters (an OSC 52 clipboard write, a CR that overwrites a line with a fake
-    "replay verified exact") are written as visible escapes. ``keep_cr`` lets a progress bar's
-    carriage returns through (``flor replay``'s stderr). Everything else is the wrapped stream's."""
+    "replay verified exact") are written as visible escapes. With ``keep_cr`` a write may start
+    with carriage returns: a progress bar redraws its line that way (tqdm writes ``"\\r" + bar``
+    at once); one anywhere else is escaped. Everything else is the wrapped stream's."""
 
     def __init__(self, stream: Any, *, keep_cr: bool = False) -> None:
         self._stream = stream
         self._keep_cr = keep_cr
 
     def write(self, text: str) -> int:
-        if self._keep_cr and "\r" in text:
-            text = "\r".join(printable(part) for part in text.split("\r"))
-        else:
-            text = printable(text)
-        return self._stream.write(text)
+        lead = len(text) - len(text.lstrip("\r")) if self._keep_cr else 0
+        return self._stream.write(text[:lead] + printable(text[lead:]))
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
