@@ -7,14 +7,12 @@ from typing import Any
 
 from .._fmt import human_size, printable
 
-__all__ = ["human_size", "subcommand"]
+__all__ = ["InertStream", "human_size", "subcommand"]
 
 
 def subcommand(sub: Any, name: str, help: str, epilog: str) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog="examples:\n" + epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-
-
 
 
 class InertStream:
