@@ -106,7 +106,7 @@ def test_a_planted_run_is_skipped_its_review_shows_all_and_the_opt_in_runs_it_wi
     assert again.returncode == 1 and not (r.cwd / "PWNED").exists(), again.stdout + again.stderr
 
 
-def test_a_run_signed_by_another_key_runs_only_once_that_key_is_trusted(recorded: Runner, tmp_path: Path) -> None:
+def test_a_run_signed_by_another_key_is_trusted_only_once_that_key_is(recorded: Runner, tmp_path: Path) -> None:
     import secrets
 
     r, run = _fresh(recorded, tmp_path)
@@ -119,8 +119,9 @@ def test_a_run_signed_by_another_key_runs_only_once_that_key_is_trusted(recorded
     folder.mkdir()
     (folder / "colleague").write_text(colleague.hex() + "\n")  # (one others may write is not trusted: unit tests)
     (folder / "colleague").chmod(0o600)
-    proc = _sweep(r, "--runs", planted)
-    assert proc.returncode == 0 and (r.cwd / "PWNED").exists(), proc.stdout + proc.stderr
+    review = r.flor("replay", "shared", "--runs", planted, "--dry-run", "--", sys.executable, "train.py", check=False)
+    assert review.returncode == 0 and "UNSIGNED" not in review.stdout, review.stdout + review.stderr  # it would run
+    assert "recorded script (no logging added)" in review.stdout and not (r.cwd / "PWNED").exists()
 
 
 # -- repair deletes nothing it cannot account for ---------------------------------------------------------
