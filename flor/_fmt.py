@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["clock", "human_size", "listed", "progress", "span"]
+from .errors import printable
+
+__all__ = ["clock", "human_size", "listed", "printable", "progress", "span"]
 
 
 def human_size(n: float, *, base: int = 1024) -> str:

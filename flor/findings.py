@@ -183,6 +183,17 @@ CATALOGUE: dict[str, Entry] = {
     "FL413": Entry("a damaged or planted log file, or damaged lines in one, were skipped",
                    "move the file out of the run's logs/ folder"),
     "FL414": Entry("the background writer's error handler failed", "report it"),
+    "FL415": Entry("a run's script and arguments cannot be signed with a key in flor's config folder",
+                   "make FLOR_CONFIG_DIR writable; until then a sweep replays the run only with --dry-run and "
+                   "--trust RUN:DIGEST"),
+    "FL417": Entry("a run folder or manifest cannot be read by you (its permissions): skipped",
+                   "ask its owner to make it readable; `flor verify NAME` names every one"),
+    "FL418": Entry("`flor verify --repair` refused: a run folder or manifest cannot be read, or a recording "
+                   "holds the store's lock", "repair as a user who can read the whole store, when no recording runs"),
+    "FL419": Entry("a recording started while `flor verify --repair` held the store's lock and went on without it",
+                   "nothing to do: a repair keeps blobs younger than its grace period (--grace)"),
+    "FL416": Entry("a run's recorded argv holds flor's own flags: a sweep does not apply them",
+                   "nothing to do: flor's settings come from your command line and environment only"),
     # -- FL5: readers and launches --------------------------------------------------------------
     "FL501": Entry("a plot was written, but no copy could be kept in the run's plots/", "free the disk"),
     "FL502": Entry("a damaged or planted file was skipped while reading a run (marks, metrics, launch records)",

@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .errors import ConfigError
-from .redact import REDACTED, redact_value
+from .redact import REDACTED, is_secret_name, redact_value
 
-__all__ = ["arg", "captured", "install_argparse_capture", "jsonable", "subscribe"]
+__all__ = ["arg", "captured", "install_argparse_capture", "jsonable", "secret_flags", "subscribe"]
 
 T = TypeVar("T")
 
 _CAPTURED: dict[str, Any] = {}
 _LISTENERS: list[Callable[[dict[str, Any]], None]] = []
 _ARGS: dict[str, Any] = {}  # flor.arg values handed out in this process
+_SECRET_FLAGS: set[str] = set()  # option strings whose dest is secret-like (--hf of dest="hf_token")
 _LOCAL = threading.local()
 
 
@@ -59,6 +60,12 @@ def captured() -> dict[str, Any]:
     return dict(_CAPTURED)
 
 
+def secret_flags() -> frozenset[str]:
+    """The option strings of the argparse options parsed so far whose dest is secret-like: their
+    values are hidden in the recorded argv too (``flor.redact.redact_argv``)."""
+    return frozenset(_SECRET_FLAGS)
+
+
 def subscribe(listener: Callable[[dict[str, Any]], None]) -> None:
     """Call ``listener(captured())`` whenever more hyperparameters are captured."""
     _LISTENERS.append(listener)
@@ -85,6 +92,8 @@ def install_argparse_capture() -> None:
         finally:
             _LOCAL.depth = depth
         if depth == 0 and args is None:
+            _SECRET_FLAGS.update(o for a in self._actions if isinstance(a.dest, str) and is_secret_name(a.dest)
+                                 for o in a.option_strings)
             try:
                 values = dict(vars(result[0]))
             except TypeError:  # a namespace object without __dict__

@@ -54,6 +54,12 @@ _URL_PASSWORD_RE = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?
 
 
 
+#: ``Authorization: Bearer <token>`` (and Basic): the scheme kept, the credential hidden
+_AUTH_HEADER_RE = re.compile(r"(?i)(?P<head>\b(?:bearer|basic|token)\s+)(?P<cred>[A-Za-z0-9._~+/=-]{8,})")
+
+#: ``?password=...`` / ``&api_key=...`` in a URL's query: the value of a secret-named parameter hidden
+_QUERY_RE = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.-]+)=)(?P<value>[^&#\s'\"]+)")
+
 #: ``NAME=value`` words (environment assignments, ``key=value`` configs)
 _ASSIGN_RE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)=(?P<value>.*)$", re.DOTALL)
 
@@ -87,12 +93,27 @@ def redact_text(text: str) -> str:
     'postgres://u:***@db:5432/x'
     >>> redact_text("Bearer ghp_abcdefghijklmnopqrstuvwxyz0123")
     'Bearer ***'
+    >>> redact_text("Authorization: Bearer abc.def-123456"), redact_text("https://h/x?user=me&password=hunter2&n=1")
+    ('Authorization: Bearer ***', 'https://h/x?user=me&password=***&n=1')
     """
     if not isinstance(text, str):
         return text
     text = _URL_PASSWORD_RE.sub(lambda m: m["head"] + REDACTED + m["at"], text)
+    text = _AUTH_HEADER_RE.sub(lambda m: m["head"] + REDACTED, text)
+    text = _QUERY_RE.sub(lambda m: m["head"] + REDACTED if is_secret_name(m["name"]) else m[0], text)
+    text = _SECRET_PAIR_RE.sub(_hide_pair, text)  # {"api_key": "..."} or f(password="...") anywhere in a line
     return _SECRET_VALUE_RE.sub(REDACTED, text)
 
+
+
+#: values of secret-named settings that are placeholders, not secrets
+_PLACEHOLDERS = ("none", "null", "true", "false", "changeme", "required")
+
+
+def _hide_pair(m: re.Match) -> str:
+    if not is_secret_name(m["name"]) or m["quoted"].lower() in _PLACEHOLDERS:
+        return m[0]
+    return m[0][: m.start("quoted") - m.start()] + REDACTED + m["q"]
 
 
 def redact_value(name: str, value: Any) -> Any:
@@ -103,8 +124,11 @@ def redact_value(name: str, value: Any) -> Any:
     if f"-{name}" in _SECRET_SHORT and isinstance(value, str) and value and not _NUMBER_RE.match(value):
         return REDACTED  # the dest of -k/-p: as on the command line, numbers stay, words are hidden
     if isinstance(value, str):
+        m = _ASSIGN_RE.match(value)  # --env AWS_SECRET_ACCESS_KEY=... (an append option): a list of these
+        if m and is_secret_name(m["name"]) and m["value"]:
+            return f"{m['name']}={REDACTED}"
         return redact_text(value)
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [redact_value("", v) for v in value]
     if isinstance(value, dict):
         return {k: redact_value(str(k), v) for k, v in value.items()}
@@ -118,16 +142,20 @@ def _takes_value(word: str | None) -> bool:
 
 
 
-def redact_argv(argv: list[str]) -> list[str]:
+def redact_argv(argv: list[str], secret_flags: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """The command line as flor may write it: secrets hidden by flag name and by value shape.
 
     ``--flag value`` and ``--flag=value`` with a secret-looking name (see ``is_secret_name``),
     ``NAME=value`` words likewise, ``-k``/``-p`` unless their value is a number, and anywhere
     a known token shape (``sk-``, ``ghp_``, ``hf_``, ``AKIA``, ``xox?-``, JWTs) or the password
-    of a ``user:password@`` URL (the URL is kept).
+    of a ``user:password@`` URL (the URL is kept). ``secret_flags`` are option strings whose
+    argparse dest is secret-like (``--hf`` of ``dest="hf_token"``, ``-P`` of ``db_password``): their
+    values are hidden too, also written together (``-PMyPass``) or abbreviated (``--hf_t``).
 
     >>> redact_argv(["train.py", "--hf_tok", "abc", "--pwd=x", "-k", "5", "--db", "postgres://u:PW@h/db"])
     ['train.py', '--hf_tok', '***', '--pwd=***', '-k', '5', '--db', 'postgres://u:***@h/db']
+    >>> redact_argv(["t.py", "--hf", "S3CR3T", "-PMyDbPass", "-P", "x2"], {"--hf", "-P", "--hf-token"})
+    ['t.py', '--hf', '***', '-P***', '-P', '***']
     """
     out: list[str] = []
     hide_next = False
@@ -142,6 +170,16 @@ def redact_argv(argv: list[str]) -> list[str]:
         if word.startswith("-") and len(word) > 1 and not _NUMBER_RE.match(word):
             flag, eq, value = word.partition("=")
             short = flag in _SECRET_SHORT
+            if not eq and not word.startswith("--") and len(word) > 2 and word[:2] in secret_flags:
+                out.append(word[:2] + REDACTED)  # -PMyPass: a short option with its value attached
+                continue
+            if _is_secret_flag(flag, secret_flags):
+                if eq:
+                    out.append(f"{flag}={REDACTED}")
+                else:
+                    out.append(word)
+                    hide_next = True
+                continue
             if is_secret_name(flag.lstrip("-")) or short:
                 if eq:
                     out.append(word if short and _NUMBER_RE.match(value) else f"{flag}={REDACTED}")
@@ -157,6 +195,14 @@ def redact_argv(argv: list[str]) -> list[str]:
         out.append(redact_text(word))
     return out
 
+
+
+def _is_secret_flag(flag: str, secret_flags: frozenset[str] | set[str]) -> bool:
+    """``flag`` is one of ``secret_flags`` or, for a long one, the unique-prefix abbreviation
+    argparse accepts for one."""
+    if flag in secret_flags:
+        return True
+    return flag.startswith("--") and len(flag) > 3 and any(s.startswith(flag) for s in secret_flags)
 
 
 def redact_command(command: list[str]) -> str:
@@ -186,6 +232,11 @@ _SECRET_LINE_RE = re.compile(
 
 
 
+#: a secret-named key given a quoted literal anywhere in a line: a dict entry, a keyword argument
+_SECRET_PAIR_RE = re.compile(
+    r"""(?<![A-Za-z0-9_])["']?(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[:=]\s*(?P<q>["'])(?P<quoted>[^"'\s]{4,})(?P=q)""")
+
+
 def secret_file_name(rel: str) -> bool:
     """Whether a file at ``rel`` (relative path) is named like one that holds secrets.
 
@@ -206,6 +257,10 @@ def holds_secret(text: str, suffix: str = "") -> bool:
     (True, False)
     >>> holds_secret("api_key = os.environ['KEY']\\n", ".py"), holds_secret("api_key = 'abcd1234'\\n", ".py")
     (False, True)
+    >>> holds_secret("cfg = {'lr': 0.1, 'api_key': 'abcd1234'}\\n", ".py")
+    True
+    >>> holds_secret("db = connect(host, password='hunter22')\\n", ".py")
+    True
     """
     if redact_text(text) != text:
         return True
@@ -214,6 +269,6 @@ def holds_secret(text: str, suffix: str = "") -> bool:
         if m is None or not is_secret_name(m["name"]):
             continue
         value = m["quoted"] or ("" if suffix in _CODE_SUFFIXES else m["bare"] or "")
-        if value and value.lower() not in ("none", "null", "true", "false", "changeme", "required"):
+        if value and value.lower() not in _PLACEHOLDERS:
             return True
     return False

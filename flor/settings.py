@@ -78,8 +78,7 @@ from .errors import ConfigError
 from .placement import parse_segment, shared_replay_id, worker_place
 
 __all__ = ["EXPORT_TARGETS", "Settings", "VERDICTS", "VERDICT_VARIABLES", "parse", "parse_epoch_range", "parse_export",
-           "parse_s3_url", "validate_name",
-           "SETTINGS"]
+           "parse_s3_url", "strip_flor_flags", "validate_name", "SETTINGS"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _SEGMENT_RE = re.compile(r"^-?[A-Za-z0-9]*/[A-Za-z0-9]*$")
@@ -108,7 +107,7 @@ class Settings:
 
     mode: str = "inert"  # "inert" | "record" | "replay"
     name: str | None = None
-    home: Path = field(default_factory=lambda: Path("~/.flor").expanduser())
+    home: Path = field(default_factory=lambda: _user_path("~/.flor"))
     pid: int = 0
     ngpus: int = 1
     placed_by: str = "default"  # where pid/ngpus came from
@@ -126,7 +125,7 @@ class Settings:
     epoch_range: tuple[int, int | None] | None = None  # replay: only epochs [start, stop)
     threads: int | None = None  # replay: torch threads; None: the recorded count
     trust_pickles: bool = False  # replay: load pickled leaves also from manifests not signed with our key
-    config_dir: Path = field(default_factory=lambda: Path("~/.config/flor").expanduser())  # holds the key
+    config_dir: Path = field(default_factory=lambda: _user_path("~/.config/flor"))  # holds the key
     debug: bool = False  # FLOR_DEBUG: show the traceback of a FlorError that ends the script
     flush_timeout: float = 20.0  # record: the exit waits this long for queued checkpoints (Slurm/k8s grace)
     writer_memory: int | None = None  # record: bytes of queued snapshots; None: min(1 GiB, 10% of RAM)
@@ -367,6 +366,21 @@ def _malloc(env: Mapping[str, str]) -> str:
     return value
 
 
+def _user_path(text: str) -> Path:
+    """``text`` with ``~`` expanded; a ConfigError, not a RuntimeError, where no home directory can
+    be found (``HOME`` unset and this uid without a passwd entry: containers run with any uid)."""
+    try:
+        return Path(text).expanduser()
+    except (RuntimeError, KeyError) as exc:
+        raise ConfigError(f"cannot find your home directory for {text} (HOME is unset and uid {os.getuid()} has no "
+                          "passwd entry): set HOME, or FLOR_HOME and FLOR_CONFIG_DIR") from exc
+
+
+#: what an inert process holds for its store and config folders where no home directory can be found
+_INERT_HOME = Path("~/.flor")
+_INERT_CONFIG = Path("~/.config/flor")
+
+
 def _config_dir(env: Mapping[str, str]) -> Path:
     """flor's config folder (the HMAC key lives there): ``FLOR_CONFIG_DIR``, else
     ``$XDG_CONFIG_HOME/flor``, else ``~/.config/flor``."""
@@ -374,12 +388,12 @@ def _config_dir(env: Mapping[str, str]) -> Path:
     if not text.strip():
         xdg = env.get("XDG_CONFIG_HOME") or ""
         text = str(Path(xdg) / "flor") if xdg.strip() and Path(xdg).is_absolute() else "~/.config/flor"
-    path = Path(text).expanduser()
+    path = _user_path(text)
     return path if path.is_absolute() else Path.cwd() / path
 
 
 def _home(env: Mapping[str, str]) -> Path:
-    home = Path(env.get("FLOR_HOME") or "~/.flor").expanduser()
+    home = _user_path(env.get("FLOR_HOME") or "~/.flor")
     return home if home.is_absolute() else Path.cwd() / home
 
 
@@ -490,6 +504,39 @@ def _split_flags(argv: Sequence[str]) -> tuple[dict[str, str | None], list[str]]
     return found, rest
 
 
+def strip_flor_flags(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``args`` (a script's arguments, no argv[0]) without any of flor's flags, and the words
+    taken out. A sweep replays each run with its recorded arguments, and those are data from a
+    store: flor's settings come from the user's own command line and environment only, so a
+    ``--flor_trust_pickles`` or ``--flor_spool s3://elsewhere`` planted there is never applied.
+    Every word that starts like one of flor's flags goes (with the next word as its value where
+    the flag takes one); words after ``--`` are the script's and stay.
+
+    >>> strip_flor_flags(["--lr", "0.1", "--flor_spool", "s3://x/y", "--flor_trust_pickles", "--", "--flor_x"])
+    (['--lr', '0.1', '--', '--flor_x'], ['--flor_spool', 's3://x/y', '--flor_trust_pickles'])
+    """
+    kept: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            kept.extend(args[i:])
+            break
+        flag, eq, _ = word.partition("=")
+        if flag == "--flor" or flag.startswith("--flor_") or flag == "--replay_flor":
+            dropped.append(word)
+            takes = flag in _VALUE_FLAGS or (flag == "--replay_flor" and i + 1 < len(args)
+                                              and _SEGMENT_RE.match(args[i + 1]) is not None)
+            if takes and not eq and i + 1 < len(args):
+                dropped.append(args[i + 1])
+                i += 1
+        else:
+            kept.append(word)
+        i += 1
+    return kept, dropped
+
+
 def _not_a_typo(flag: str, word: str) -> None:
     """A ConfigError for an unknown ``--flor_*`` flag that is one of flor's misspelled
     (``--flor_strct``); any other is left to the script, whose own parser judges it.
@@ -532,14 +579,12 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
         else:
             replay, replay_value = True, raw
 
-    home = _home(env)
-
     verdict = _verdict(flags, env)
     strong = _parse_bool(flags.get("--flor_strong") or env.get("FLOR_STRONG", "0"), "--flor_strong/FLOR_STRONG")
     rank_timeout = _rank_timeout(env)
     debug = _parse_bool(env.get("FLOR_DEBUG", "0"), "FLOR_DEBUG")
     malloc = _malloc(env)
-    trust: dict[str, Any] = {"config_dir": _config_dir(env), "trust_pickles": _parse_bool(
+    trust: dict[str, Any] = {"config_dir": _INERT_CONFIG, "trust_pickles": _parse_bool(
         flags.get("--flor_trust_pickles") or env.get("FLOR_TRUST_PICKLES", "0"),
         "--flor_trust_pickles/FLOR_TRUST_PICKLES")}
     every_text = flags.get("--flor_every") or env.get("FLOR_EVERY") or None  # empty: unset, as the others
@@ -560,9 +605,17 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, list[s
             raise ConfigError(
                 f"{replay_origin} needs an experiment to replay: add --flor NAME (or set FLOR_NAME)"
             )
-        inert = Settings(mode="inert", home=home, debug=debug, config_dir=trust["config_dir"], malloc=malloc, **spool)
+        # inert: nothing is read or made; where no home directory can be found (HOME unset, a uid without a
+        # passwd entry) the paths stay unexpanded: only the `flor` command, run as `python -m flor`, reads them
+        try:
+            home, config_dir = _home(env), _config_dir(env)
+        except ConfigError:
+            home, config_dir = _INERT_HOME, _INERT_CONFIG
+        inert = Settings(mode="inert", home=home, debug=debug, config_dir=config_dir, malloc=malloc, **spool)
         return inert, rest
     validate_name(name)
+    home = _home(env)
+    trust["config_dir"] = _config_dir(env)
 
     notes = _ignored_flags(flags, "replay" if replay else "record")
     if not replay:
@@ -604,7 +657,11 @@ def _from_process() -> Settings:
     """
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
     if argv0 in ("flor", "flor.exe") or argv0 == "__main__.py" and "flor" in sys.argv[0]:
-        return _command_settings(os.environ)  # the flor command itself: its arguments are its own
+        try:
+            return _command_settings(os.environ)  # the flor command itself: its arguments are its own
+        except ConfigError as exc:
+            print(f"flor: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     try:
         settings, rest = parse(sys.argv, os.environ)
     except ConfigError as exc:

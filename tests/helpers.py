@@ -199,6 +199,17 @@ class Runner:
         return {str(p.relative_to(self.home)): p.read_bytes() for p in sorted(self.home.rglob("*")) if p.is_file()}
 
 
+def git_repo(cwd: Path, *tracked: Path) -> None:
+    """Make ``cwd`` a git repository with ``tracked`` committed (what a recording's diff.patch is made against)."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=t", *args], cwd=cwd, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", *(p.name for p in tracked))
+    git("commit", "-qm", "init")
+
+
 def reseal_manifest(path: Path, edit: Callable[[dict], None]) -> None:
     """Rewrite the checkpoint manifest at ``path`` with ``edit(manifest)`` applied and its checksum
     made to fit, as someone who can write to a shared store can: a checksum is no signature."""

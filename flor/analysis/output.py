@@ -7,7 +7,20 @@ import json
 import math
 from typing import IO, AbstractSet, Any, Sequence
 
-__all__ = ["write_rows", "text_table"]
+__all__ = ["inert_cell", "write_rows", "text_table"]
+
+#: what makes a spreadsheet read a cell as a formula (``=HYPERLINK(...)``, ``+cmd|...``, ``@SUM``)
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert_cell(v: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: a string starting like a formula gets a leading
+    ``'`` (numbers are left as they are: ``-0.5`` is a number, not a formula).
+
+    >>> print(inert_cell('=HYPERLINK("http://x","y")'), inert_cell(-0.5), inert_cell("lr"))
+    '=HYPERLINK("http://x","y") -0.5 lr
+    """
+    return "'" + v if isinstance(v, str) and v.startswith(_FORMULA) else v
 
 
 def _cell(v: Any) -> str:
@@ -34,17 +47,20 @@ def text_table(columns: Sequence[str], rows: Sequence[dict], *, marked: Abstract
 
 
 def write_rows(out: IO[str], columns: Sequence[str], rows: Sequence[dict], fmt: str, *,
-               marked: AbstractSet[str] = frozenset(), legend: str | None = None) -> None:
-    """Write ``rows`` (dicts) as ``table``, ``csv`` or ``jsonl`` with these ``columns``."""
+               marked: AbstractSet[str] = frozenset(), legend: str | None = None, raw: bool = False) -> None:
+    """Write ``rows`` (dicts) as ``table``, ``csv`` or ``jsonl`` with these ``columns``. CSV cells
+    that would start a formula are neutralised (``inert_cell``) unless ``raw``: names and values
+    come from a store, which anyone may write."""
     if fmt == "jsonl":
         for r in rows:
             out.write(json.dumps({c: r.get(c) for c in columns}) + "\n")
     elif fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
+        cell = (lambda v: v) if raw else inert_cell
+        writer.writerow([cell(c) for c in columns])
         for r in rows:
             writer.writerow(["" if r.get(c) is None else
-                             (json.dumps(r[c]) if isinstance(r[c], (list, dict)) else r[c]) for c in columns])
+                             cell(json.dumps(r[c]) if isinstance(r[c], (list, dict)) else r[c]) for c in columns])
     else:
         out.write(text_table(columns, rows, marked=marked) + "\n")
         if legend and marked:

@@ -28,6 +28,7 @@ from ..errors import ConfigError, warn
 from ..store import ExperimentStore
 from .compare import Comparison, series_of
 from ..store.experiment import open_experiment
+from ..store.ids import contained
 from .frame import hyperparameters, records
 
 __all__ = ["PLOT_FORMATS", "check_output", "plot_comparison", "plot_metrics"]
@@ -138,6 +139,9 @@ def _save(fig: Any, out: Path | None, store: ExperimentStore, run: str, default_
         if out.resolve() == kept.resolve():
             return written
     try:
+        if not contained(kept, store.root, parent_only=True):  # runs/<run>/plots -> elsewhere, planted
+            raise OSError(f"{kept.parent} leads out of the store through a symbolic link (to "
+                          f"{os.path.realpath(kept.parent)}); remove the link")
         kept.parent.mkdir(parents=True, exist_ok=True)
         _write(kept, data)
     except OSError as exc:

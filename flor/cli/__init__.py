@@ -18,7 +18,7 @@ from ..errors import FlorError, warn
 from ..settings import SETTINGS, validate_name
 from ..store import ExperimentStore
 from .analysis import add_analysis_commands
-from .common import human_size
+from .common import InertStream, human_size
 from .export import add_export_command
 from .replay import add_replay_command
 from .spool import add_spool_commands
@@ -112,6 +112,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if command:
         args.cmd = command
+    streams = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, InertStream):  # what a store says is printed, never obeyed by the terminal
+        sys.stdout = InertStream(sys.stdout)
+        sys.stderr = InertStream(sys.stderr, keep_cr=True)  # progress bars redraw with a leading CR
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _one_line
         try:

@@ -55,7 +55,7 @@ def _emit(args: argparse.Namespace, rows: list[dict], fields: list[str]) -> None
                 print("# the same in every run: " + " ".join(f"{k}={v}" for k, v in constant.items()))
             if all(r.get("step") is None for r in table):
                 columns.remove("step")
-        write_rows(sys.stdout, columns, table, args.format, marked=hindsight, legend=_LEGEND)
+        write_rows(sys.stdout, columns, table, args.format, marked=hindsight, legend=_LEGEND, raw=args.raw)
         return
     if args.newest:
         rows = mark_hindsight(merge_newest(rows), rows)
@@ -69,7 +69,7 @@ def _emit(args: argparse.Namespace, rows: list[dict], fields: list[str]) -> None
     if args.format == "jsonl":
         write_rows(sys.stdout, [*fields, "hparams"], rows, "jsonl")
     else:
-        write_rows(sys.stdout, [*fields, *(f"hp.{k}" for k in names)], rows, "csv")
+        write_rows(sys.stdout, [*fields, *(f"hp.{k}" for k in names)], rows, "csv", raw=args.raw)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -94,7 +94,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     rows = _check_metrics(rows, args.metric, "metrics the definitions found in the printed output")
     if args.format == "analytics":
         cols = ["timestamp", "metric_name", "value", "epoch", "run", "source", "replay"]
-        write_rows(sys.stdout, cols, analytics(rows), "csv")
+        write_rows(sys.stdout, cols, analytics(rows), "csv", raw=args.raw)
         return 0
     _emit(args, rows, [*FIELDS, "timestamp"])
     return 0
@@ -163,7 +163,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "groups": table_rows(c), "excluded": c.excluded}, indent=1))
     else:
         rows = table_rows(c)
-        write_rows(sys.stdout, list(rows[0]) if rows else ["rank", *c.by], rows, "csv")
+        write_rows(sys.stdout, list(rows[0]) if rows else ["rank", *c.by], rows, "csv", raw=args.raw)
     if args.plot is not None:
         paths = plot_comparison(c, out=plot, home=SETTINGS.home)
         _spool_plot(paths[-1])
@@ -243,6 +243,9 @@ sample standard deviation (n-1); groups are ranked by mean, best first.
     p.add_argument("--runs", nargs="+", default=None, metavar="RUN", help="only these run ids or prefixes")
     p.add_argument("--unfinished", action="store_true", help="also use runs that crashed or are running")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--raw", action="store_true",
+                   help="csv: cells as recorded, also those a spreadsheet would run as a formula (= + - @); by "
+                        "default such a cell starts with '")
     p.add_argument("--plot", default=None, metavar="FILE",
                    help="also plot each group's mean with a min-max band over its runs "
                         "into FILE (.png, .svg or .pdf)")
@@ -259,4 +262,7 @@ def _run_options(p: argparse.ArgumentParser, analytics: bool = False) -> None:
                    help="jsonl/csv: one value a line (default jsonl); table: one row per epoch and step"
                         + ("; analytics: SageMaker TrainingJobAnalytics columns plus epoch" if analytics else ""))
     p.add_argument("--wide", action="store_true", help="csv/jsonl in the table's layout (newest replay wins)")
+    p.add_argument("--raw", action="store_true",
+                   help="csv: cells as recorded, also those a spreadsheet would run as a formula (= + - @); by "
+                        "default such a cell starts with '")
     p.add_argument("--metric", action="append", help="only this name (repeatable)")

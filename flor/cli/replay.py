@@ -31,6 +31,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     store = ExperimentStore(SETTINGS.home, validate_name(args.name))
     if args.all or args.runs or args.where:
         return _cmd_sweep(args, store)
+    if args.trust:
+        raise FlorError("--trust RUN:DIGEST runs an unsigned run of a sweep: use it with --all, --runs or --where")
     if args.dry_run:
         raise FlorError("--dry-run shows a sweep's patches: use it with --all, --runs or --where")
     run, picked = store.replay_run(args.run)
@@ -104,7 +106,7 @@ def _cmd_sweep(args: argparse.Namespace, store: ExperimentStore) -> int:
         _check_command(list(args.cmd or []))
     check_verdict_once(list(args.cmd or []), args.verdict)
     runs = select_runs(store, every=args.all, runs=args.runs or [], where=args.where or [])
-    plan = plan_sweep(store, runs, list(args.cmd or []))
+    plan = plan_sweep(store, runs, list(args.cmd or []), config_dir=SETTINGS.config_dir, trusted=args.trust or [])
     if args.dry_run:
         print_dry_run(store, plan, _script_name(args.cmd), sys.stdout)
         return 0 if not any(sr.skipped for sr in plan) else 1
@@ -212,7 +214,7 @@ def add_replay_command(sub: Any) -> None:
   flor replay cnn-demo --report                               merged summary of the newest replay (torchrun, Slurm...)
   flor replay cnn-demo --ray --workers 8 -- python train.py   one Ray task a segment
   flor replay cnn-sweep --all --workers 4 -- python train.py  every run with its own arguments, one table
-  flor replay cnn-sweep --where lr=0.001 --dry-run -- python train.py   the patch of each older script
+  flor replay cnn-sweep --where lr=0.001 --dry-run -- python train.py   each run's argv, diff and signature
 Run the same command again after a failure: only the missing segments replay. See docs/parallel.md.
 """)
     p.add_argument("name", help="the experiment (the NAME given to --flor)")
@@ -252,4 +254,7 @@ Run the same command again after a failure: only the missing segments replay. Se
     p.add_argument("--dry-run", action="store_true",
                    help="with --all/--runs/--where: print what each run would run and the patch of each "
                         "older script that gets today's logging; run nothing")
+    p.add_argument("--trust", action="append", default=None, metavar="RUN:DIGEST",
+                   help="replay this run of a sweep although its recorded script and arguments are not signed by "
+                        "a key you trust: the token --dry-run prints beside what it shows (repeat for more runs)")
     p.set_defaults(func=cmd_replay, cmd=[])

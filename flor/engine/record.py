@@ -23,8 +23,10 @@ from ..redact import redact_argv
 from ..runinfo import busy_cores, git_info, gpus, process_started, script_info, versions
 from ..settings import Settings
 from ..source.blocks import wrapper_advice
+from ..store import lock as store_lock
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
+from ..store.trust import sign_run
 from ..watch.attributes import ModuleAttrProbe
 from ..watch.frames import caller_frame, left_normally
 from ..watch.grads import GradProbe
@@ -38,7 +40,7 @@ from .checkpointer import Checkpointer
 from .ddp import RankLink
 from .exits import watch_exits
 from .runrecord import LEFT_OPEN, RunRecord
-from .session import Session, as_result, copy_source, new_run_id
+from .session import Session, as_result, copy_source, new_run_id, source_sha
 from .trackers import seen
 
 __all__ = ["RecordSession"]
@@ -53,20 +55,26 @@ class RecordSession(Session):
         super().__init__(settings)
         self.run = new_run_id()
         self.run_dir = self.store.run_path(self.run)
+        self.store.root.mkdir(parents=True, exist_ok=True)
+        self.store_lock = store_lock.shared(self.store.root)  # no repair while recording; held until the process ends
         self.run_dir.mkdir(parents=True)
         self.layout = RunLayout(self.run_dir)
         script = script_info(sys.argv[0] if sys.argv else "")
         git, diff = git_info(script["script"], exclude=[settings.home])
         self.meta = RunMeta(
-            name=settings.name or "", run=self.run, pid=os.getpid(), argv=redact_argv(list(sys.argv)),
+            name=settings.name or "", run=self.run, pid=os.getpid(),
+            argv=redact_argv(list(sys.argv), hparams.secret_flags()),
             cwd=os.getcwd(), script=script["script"], script_sha256=script["script_sha256"], git=git,
             versions=versions(), torch_threads=torch.get_num_threads(), started=self.started,
             hyperparameters=hparams.captured(), write_failures=self.write_failures,
         )
+        self.argv, self.source_sha = list(sys.argv), None  # kept to hide later-known secret flags (argparse)
         self.record = RunRecord(self.store, self.meta, self.write_failed)
         hparams.subscribe(self._hyperparameters)
         try:
             copy_source(script["script"], self.layout.source)
+            self.source_sha = source_sha(self.layout.source, script["script"])
+            self.meta.signature = sign_run(settings.config_dir, self.meta.argv, self.source_sha)
             if diff:
                 self.layout.diff_patch.write_text(diff)
         except OSError as exc:
@@ -141,8 +149,13 @@ class RecordSession(Session):
                 self.write_meta()
 
     def _hyperparameters(self, values: dict[str, Any]) -> None:
-        """argparse or flor.arg gave more hyperparameters after the run started."""
+        """argparse or flor.arg gave more hyperparameters after the run started; options whose dest is
+        secret-like hide their values in argv too (then signed again)."""
         self.meta.hyperparameters = values
+        argv = redact_argv(self.argv, hparams.secret_flags())
+        if argv != self.meta.argv:
+            self.meta.argv = argv
+            self.meta.signature = sign_run(self.settings.config_dir, argv, self.source_sha)
         if not self._closed:
             self.write_meta()
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from .._fmt import printable
 from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError, StorageError
 from ..logs import LogWriter, occurrence_keys, record_key, same_value
 from ..logs.tensorboard import write_replay_events
@@ -145,7 +146,7 @@ class ReplaySession(Session):
         if text in self.notes:
             return
         self.notes.append(text)
-        print(f"flor: {text}", file=sys.stderr)
+        print(f"flor: {printable(text)}", file=sys.stderr)  # it may quote the store (recorded argv, names)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -402,7 +403,7 @@ class ReplaySession(Session):
         except (OSError, StorageError) as exc:
             print(f"flor: FL331 could not write {self.summary_path}: {exc}", file=sys.stderr)
         report = s.render(shown=self.notes)  # the notes were printed as they came
-        print(report, file=sys.stderr)
+        print(printable(report), file=sys.stderr)
         sys.stderr.flush()
         self.untee_output()
         if self.settings.spool and self.store.blobs.remote is not None:  # this worker's logs join the spooled run

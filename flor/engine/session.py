@@ -8,6 +8,7 @@ import) and ends at exit, where it flushes what is pending and writes its final 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ from ..logs import AS_IS, NOT_SCALAR, to_scalar, to_step
 from ..settings import Settings
 from ..store import ExperimentStore
 
-__all__ = ["Session", "as_result", "copy_source", "marks_path", "new_run_id"]
+__all__ = ["Session", "as_result", "copy_source", "marks_path", "new_run_id", "source_sha"]
 
 def new_run_id() -> str:
     """Sortable by start time, unique across machines: ``20261130T050012.123456-1a2b3c``."""
@@ -337,6 +338,17 @@ def copy_source(script: str | None, dest: Path) -> None:
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def source_sha(dest: Path, script: str | None) -> str | None:
+    """SHA-256 of the source copy ``copy_source`` kept in ``dest`` (what a run's signature covers);
+    None when none was kept."""
+    if not script:
+        return None
+    try:
+        return hashlib.sha256((dest / Path(script).name).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def as_result(objs: tuple) -> Any:

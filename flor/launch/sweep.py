@@ -14,14 +14,25 @@ sibling modules still import (its ``__file__`` is the kept copy: a script that r
 beside itself by ``__file__`` should use the working directory instead). A run whose logging
 cannot be placed, or whose recorded arguments hold a redacted secret (``***``), is skipped
 with the reason; the others go on, and the exit status is then 1.
+
+Trust. A store is anyone's to write, so a run's recorded source and argv are data until
+trusted: a run replays only when ``run.json``'s ``signature`` signs both with the user's key or
+a key in the ``trusted-keys`` folder (:mod:`flor.store.trust`), or when the user opts in for it
+with ``--trust RUN:DIGEST``, the token ``--dry-run`` prints beside what it shows (the digest
+covers the argv and source shown, so a run changed after the review is not run). Otherwise the
+run is skipped with one line saying how to trust it. flor's own flags in a recorded argv are
+never applied (:func:`flor.settings.strip_flor_flags`): a worker's settings come from the
+user's command line and environment only.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
 import os
+import shlex
 import sys
 import threading
 import time
@@ -29,13 +40,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from .._files import read_text
-from .._fmt import progress
+from .._files import read_bytes, read_text
+from .._fmt import printable, progress
 from ..errors import ConfigError
+from ..findings import line
 from ..placement import cores
+from ..settings import strip_flor_flags
 from ..store import ExperimentStore
 from ..store.runlogs import read_run_logs
 from ..store.runmeta import RunMeta
+from ..store.trust import TRUSTED_KEYS, run_bytes, verify_run
 from ..source.edits import non_logging_changes
 from .executor import Executor
 from .launcher import Launch, abort_launches, start_error, stop_workers
@@ -58,6 +72,11 @@ class SweepRun:
     recorded: str | None = None  # the run's recorded source
     env: dict[str, str] = field(default_factory=dict)
     skipped: str | None = None
+    args: list[str] = field(default_factory=list)  # the recorded arguments it runs with
+    dropped: list[str] = field(default_factory=list)  # flor's own flags in the recorded argv: never applied
+    unsigned: str | None = None  # why its recorded code and argv are not trusted (None: signed by a trusted key)
+    token: str = ""  # RUN:DIGEST, what --trust takes to run it unsigned
+    today: str | None = None  # today's script, for --dry-run's diff
 
 
 def parse_where(exprs: Sequence[str]) -> list[tuple[str, Any]]:
@@ -114,8 +133,11 @@ def _split_command(command: Sequence[str]) -> tuple[list[str], Path]:
     return words[:at], Path(words[at])
 
 
-def plan_sweep(store: ExperimentStore, runs: Sequence[str], command: Sequence[str]) -> list[SweepRun]:
-    """What each run will run: today's script, or its own source with today's logging; or why it is skipped."""
+def plan_sweep(store: ExperimentStore, runs: Sequence[str], command: Sequence[str], *,
+               config_dir: Path | None = None, trusted: Sequence[str] = ()) -> list[SweepRun]:
+    """What each run will run: today's script, or its own source with today's logging; or why it
+    is skipped. A run whose recorded argv and source are not signed by a key the user trusts
+    (``config_dir``'s key or trusted keys) is skipped unless its token is in ``trusted``."""
     prefix, script = _split_command(command)
     try:
         today = script.read_text()
@@ -124,55 +146,87 @@ def plan_sweep(store: ExperimentStore, runs: Sequence[str], command: Sequence[st
     out = []
     for run in runs:
         meta = store.read_run(run)
-        sr = SweepRun(run, meta)
+        sr = SweepRun(run, meta, today=today)
         out.append(sr)
         if meta.epochs == 0:
             sr.skipped = f"it recorded no finished epoch (status {meta.status_text()}): there is nothing to replay"
             continue
-        args = list(meta.argv)[1:]
+        args, sr.dropped = strip_flor_flags(list(meta.argv)[1:])
+        sr.args = args
         secret = next((i for i, w in enumerate(args) if "***" in w), None)
         if secret is not None:
             word = args[secret]
             flag = word.split("=", 1)[0] if word.startswith("-") else (args[secret - 1] if secret else word)
-            sr.skipped = (f"its argument {flag} was recorded redacted (***); replay it by hand with "
-                          f"`flor replay {store.name} --run {run} -- python {script} ARGS`")
+            sr.skipped = (f"its argument {printable(flag, newlines=False)} was recorded redacted (***); replay it by "
+                          f"hand with `flor replay {store.name} --run {run} -- python {script} ARGS`")
             continue
         source = store.layout(run).source / Path(meta.script or script.name).name
         try:
-            recorded = read_text(source)  # a regular file, capped, no link followed
+            raw = read_bytes(source)  # a regular file, capped, no link followed
+            recorded: str | None = raw.decode("utf-8", errors="replace")
+            source_sha: str | None = hashlib.sha256(raw).hexdigest()
         except OSError:  # missing, or not a file: as if no copy was kept
-            recorded = None
+            recorded = source_sha = None
         sr.recorded = recorded
-        if recorded is None or not non_logging_changes(recorded, today):
-            sr.command, sr.script_sha = [*prefix, str(script), *args], _sha(today)
-            sr.version = "today's script" if recorded is not None else "today's script (no recorded source)"
-            continue
-        try:
-            t = transplant(recorded, today)
-        except TransplantError as exc:
-            sr.skipped = f"its script is an older version, and {exc}"
-            continue
-        sr.transplanted, sr.script_sha = t.source, _sha(t.source)
-        sr.version = "recorded script + today's logging" if t.changed else "recorded script (no logging added)"
-        path = store.layout(run).transplant(sr.script_sha, script.name)
-        sr.command = [*prefix, str(path), *args]
-        here = str(script.resolve().parent)  # today's siblings import as they did beside the script
-        sr.env = {"PYTHONPATH": os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        if config_dir is not None:
+            sr.token = f"{run}:{hashlib.sha256(run_bytes(list(meta.argv), source_sha)).hexdigest()[:16]}"
+            sr.unsigned = verify_run(meta.signature, list(meta.argv), source_sha, config_dir)
+        _plan_script(store, sr, prefix, script, today)
+        if sr.unsigned is not None and sr.token not in trusted and not sr.skipped:
+            sr.skipped = (f"its recorded script and arguments are not trusted: {sr.unsigned}. Review them with "
+                          f"`flor replay {store.name} --runs {run} --dry-run -- ...`, then add --trust {sr.token}; "
+                          f"or put the recorder's key in {Path(config_dir or '.') / TRUSTED_KEYS}/")
     return out
 
 
+def _plan_script(store: ExperimentStore, sr: SweepRun, prefix: list[str], script: Path, today: str) -> None:
+    """Today's script when the recorded one differs by logging only, else the recorded one with
+    today's logging moved in; ``sr.skipped`` when that cannot be done."""
+    recorded, args = sr.recorded, sr.args
+    if recorded is None or not non_logging_changes(recorded, today):
+        sr.command, sr.script_sha = [*prefix, str(script), *args], _sha(today)
+        sr.version = "today's script" if recorded is not None else "today's script (no recorded source)"
+        return
+    try:
+        t = transplant(recorded, today)
+    except TransplantError as exc:
+        sr.skipped = f"its script is an older version, and {exc}"
+        return
+    sr.transplanted, sr.script_sha = t.source, _sha(t.source)
+    sr.version = "recorded script + today's logging" if t.changed else "recorded script (no logging added)"
+    path = store.layout(sr.run).transplant(sr.script_sha, script.name)
+    sr.command = [*prefix, str(path), *args]
+    here = str(script.resolve().parent)  # today's siblings import as they did beside the script
+    sr.env = {"PYTHONPATH": os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
 def print_dry_run(store: ExperimentStore, plan: list[SweepRun], script: str, out: TextIO) -> None:
-    """``--dry-run``: what each run would run, and the patch of each transplanted script."""
+    """``--dry-run``: what each run would run: its full argv, its recorded script's diff against
+    today's, the patch of each transplanted script, and whether it is signed (with the token
+    ``--trust`` takes when it is not). Everything from the store is printed inert."""
+    name = Path(script).name
     for sr in plan:
-        hp = " ".join(f"{k}={v}" for k, v in sr.meta.hyperparameters.items())
-        if sr.skipped:
+        hp = printable(" ".join(f"{k}={v}" for k, v in sr.meta.hyperparameters.items()), newlines=False)
+        if sr.skipped and not sr.command:
             out.write(f"run {sr.run} ({hp}): SKIPPED: {sr.skipped}\n")
             continue
-        assert sr.script_sha is not None  # plan_sweep gives one to every run it does not skip
+        assert sr.script_sha is not None  # a run with a command has the sha of its script
         out.write(f"run {sr.run} ({hp}): {sr.version} (sha256 {sr.script_sha[:12]})\n")
+        if sr.unsigned is not None:
+            out.write(f"  UNSIGNED: {sr.unsigned}; to replay it as shown: --trust {sr.token}\n")
+        out.write(f"  argv: {printable(shlex.join(sr.command), newlines=False)}\n")
+        if sr.dropped:
+            out.write(f"  flor's own flags in the recorded argv, never applied: "
+                      f"{printable(shlex.join(sr.dropped), newlines=False)}\n")
+        if sr.recorded is not None and sr.today is not None and sr.recorded != sr.today:
+            out.write(f"  the recorded script against today's {name}:\n")
+            diff = difflib.unified_diff(sr.recorded.splitlines(keepends=True), sr.today.splitlines(keepends=True),
+                                        f"recorded/{name}", f"today/{name}")
+            out.write(printable("".join(diff)))
         if sr.transplanted is not None and sr.recorded is not None:
-            patch = unified_patch(sr.recorded, sr.transplanted, Path(script).name)
-            out.write(patch or "  (the recorded script as it is: today's script added no logging to place)\n")
+            out.write("  the script it runs (the recorded one with today's logging):\n")
+            patch = unified_patch(sr.recorded, sr.transplanted, name)
+            out.write(printable(patch) or "  (the recorded script as it is: today's logging has nothing to place)\n")
 
 
 def _hindsight_values(store: ExperimentStore, run: str, replay: str, names: Sequence[str]) -> dict[str, Any]:
@@ -208,12 +262,16 @@ def run_sweep(store: ExperimentStore, plan: list[SweepRun], *, executor: Executo
     lock = threading.Lock()
     for sr in plan:
         if sr.skipped:
-            err.write(f"flor: run {sr.run} skipped: {sr.skipped}\n")
+            err.write(f"flor: run {sr.run} skipped: {printable(sr.skipped)}\n")
+        elif sr.dropped:
+            err.write(line("FL416", f"run {sr.run}: flor's own flags in its recorded argv are not applied "
+                                    f"({printable(shlex.join(sr.dropped), newlines=False)}); flor's settings come "
+                                    "from your command line and environment") + "\n")
     launches: list[tuple[SweepRun, Launch]] = []
     per_run = max(1, math.ceil(pool / max(1, len(todo))))  # runs x segments fill the pool
     for i, sr in enumerate(todo):
         if sr.transplanted is not None:  # kept with the run; the same content, the same path
-            path = Path(sr.command[len(sr.command) - len(sr.meta.argv)])
+            path = Path(sr.command[len(sr.command) - len(sr.args) - 1])
             try:
                 same = read_text(path) == sr.transplanted  # a regular file, no link followed
             except OSError:  # missing, or a link or FIFO planted in its place

@@ -10,7 +10,9 @@ the run's spool). It also reports names that are not identifiers of their kind
 ``repair`` removes what ``check_experiment`` found removable: temp files of writers that
 died (``.tmp-*``, see ``flor.store.local.is_stale_tmp``) and blobs that no manifest names,
 only inside ``objects/``. Orphans are kept when a manifest could not be read (it might name
-them) or a recording is still running (its blobs are written before its manifest).
+them) or a recording is still running (its blobs are written before its manifest), and those
+younger than a grace period whatever else; nothing is removed when a run folder or manifest
+cannot be read by this user (FL418). The caller holds the store's lock alone (``flor.store.lock``).
 
 >>> import tempfile
 >>> store = ExperimentStore(Path(tempfile.mkdtemp()), "demo")
@@ -29,7 +31,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .._files import read_bytes
+from .._fmt import printable
 from ..errors import FlorError
+from ..findings import line
 from ..placement import pid_alive
 from .blobs import blob_key
 from .experiment import ExperimentStore, parse_checkpoint_key
@@ -57,18 +61,41 @@ class StoreReport:
     dead_starts: list[Path] = field(default_factory=list)  # run folders of recordings killed before their run.json
     orphans: list[str] = field(default_factory=list)  # blob hashes no manifest names
     keep_orphans: str | None = None  # why orphans must not be removed now, if they must not
+    #: run folders, checkpoint folders and manifests this user cannot read: a repair then removes nothing
+    #: (they might name any blob), and the check says so
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def problem(self, path: Path | str, what: str) -> None:
+        self.problems.append(f"{printable(self._rel(path), newlines=False)}: {what}")
+
+    def _rel(self, path: Path | str) -> str:
         rel = Path(path)
         try:
             rel = rel.relative_to(self.root)
         except ValueError:
             pass
-        self.problems.append(f"{rel.as_posix()}: {what}")
+        return rel.as_posix()
+
+    def cannot_read(self, path: Path | str, exc: OSError) -> None:
+        """``path`` (a run folder, a checkpoint folder, a manifest) cannot be read by this user."""
+        self.unreadable.append(self._rel(path))
+        self.problem(path, f"cannot be read ({exc.strerror or exc}): it may name any blob, so a repair removes "
+                           "nothing; run flor verify as a user who can read it (its owner, or with its mode fixed)")
+
+
+def _listdir(path: Path, report: StoreReport) -> list[Path] | None:
+    """The entries of a folder, sorted; None (reported) when it cannot be read."""
+    try:
+        return sorted(path.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        report.cannot_read(path, exc)
+        return None
 
 
 def _expected_size(node: dict) -> int | None:
@@ -167,7 +194,7 @@ class _Refs(dict):
 def _check_runs(store: ExperimentStore, selected: list[str] | None, report: StoreReport,
                 refs: _Refs) -> None:
     base = store.root / "runs"
-    entries = sorted(base.iterdir()) if base.is_dir() else []
+    entries = (_listdir(base, report) or []) if base.is_dir() else []
     for entry in entries:
         run = entry.name
         if selected is not None and run not in selected:
@@ -179,6 +206,9 @@ def _check_runs(store: ExperimentStore, selected: list[str] | None, report: Stor
             continue  # reported by _links_out
         if not entry.is_dir():
             report.problem(entry, "not a folder; flor ignores it")
+            continue
+        if _listdir(entry, report) is None:  # lexists() below would say "no run.json", and its blobs look unnamed
+            report.runs += 1
             continue
         meta = None
         if not os.path.lexists(entry / "run.json"):
@@ -209,11 +239,11 @@ def _check_manifests(store: ExperimentStore, run: str, meta: Any, report: StoreR
     if not base.is_dir():
         return
     spooled = bool(meta is not None and meta.spool)
-    for block_dir in sorted(base.iterdir()):
+    for block_dir in _listdir(base, report) or []:
         if not is_block_name(block_dir.name) or not block_dir.is_dir():
             report.problem(block_dir, "not a SkipBlock folder name; flor ignores it")
             continue
-        for f in sorted(block_dir.iterdir()):
+        for f in _listdir(block_dir, report) or []:
             if f.name.startswith(TMP_PREFIX):
                 continue  # counted with the temp files
             if not is_checkpoint_file(f.name):
@@ -224,8 +254,14 @@ def _check_manifests(store: ExperimentStore, run: str, meta: Any, report: StoreR
             try:
                 manifest = store.read_manifest(run, block_dir.name, epoch, occ)
             except FlorError as exc:
+                if isinstance(exc.__cause__, PermissionError):
+                    report.cannot_read(f, exc.__cause__)
+                    continue
                 report.problem(f, str(exc))
                 report.keep_orphans = report.keep_orphans or f"{f.relative_to(store.root)} cannot be read"
+                continue
+            except PermissionError as exc:
+                report.cannot_read(f, exc)
                 continue
             except Exception as exc:  # noqa: BLE001 - verify reports damage, whatever shape it takes
                 report.problem(f, f"unreadable ({type(exc).__name__}: {exc})")
@@ -262,7 +298,12 @@ def _check_blobs(store: ExperimentStore, report: StoreReport, refs: _Refs, *,
             if not sub.is_symlink():
                 report.problem(sub.path, "a stray file among the blob folders")
             continue
-        for f in sorted(os.scandir(sub.path), key=lambda e: e.name):
+        try:
+            blobs = sorted(os.scandir(sub.path), key=lambda e: e.name)
+        except OSError as exc:
+            report.cannot_read(sub.path, exc)
+            continue
+        for f in blobs:
             if f.name.startswith(TMP_PREFIX):
                 continue
             digest = sub.name + f.name
@@ -324,11 +365,24 @@ def check_experiment(store: ExperimentStore, runs: list[str] | None = None) -> S
     return report
 
 
-def repair(store: ExperimentStore, report: StoreReport, *, dry_run: bool = False) -> list[str]:
+#: a repair keeps unreferenced blobs younger than this (seconds): a recording's blobs come before
+#: its manifest, and one that started without the store's lock (flor.store.lock) may be writing them
+GRACE_S = 3600.0
+
+
+def repair(store: ExperimentStore, report: StoreReport, *, dry_run: bool = False, grace: float = GRACE_S) -> list[str]:
     """Remove the leftover temp files and (when safe) the orphan blobs ``report`` found; return
     one line per file removed (with ``dry_run``: that would be). Only files inside the store
-    are touched, blobs only inside ``objects/``, never through a symbolic link."""
+    are touched, blobs only inside ``objects/``, never through a symbolic link. Nothing at all
+    when a run folder or manifest could not be read (FL418): they might name any blob. Orphan
+    blobs younger than ``grace`` seconds are kept. Run it holding the store's lock alone
+    (``flor.store.lock.exclusive``)."""
     done: list[str] = []
+    if report.unreadable:
+        return [line("FL418", f"repair refused: {len(report.unreadable)} run folder(s) or manifest(s) cannot be "
+                              f"read ({printable(report.unreadable[0], newlines=False)}"
+                              f"{', ...' if len(report.unreadable) > 1 else ''}) and may name any blob; "
+                              "repair as a user who can read them")]
     verb = "would remove" if dry_run else "removed"
     for path in report.tmp_files:
         if not contained(path, store.root, parent_only=True):
@@ -355,8 +409,16 @@ def repair(store: ExperimentStore, report: StoreReport, *, dry_run: bool = False
     if report.orphans and report.keep_orphans:
         done.append(f"kept {len(report.orphans)} unreferenced blob(s): {report.keep_orphans}")
         return done
+    young = 0
+    now = time.time()
     for digest in report.orphans:
         key = blob_key(digest)  # valid hash: the path is objects/ab/cdef..., inside objects/
+        try:
+            if now - store.backend.path(key).lstat().st_mtime < grace:
+                young += 1
+                continue
+        except OSError:
+            continue
         if not dry_run:
             try:
                 store.backend.delete(key)
@@ -364,4 +426,7 @@ def repair(store: ExperimentStore, report: StoreReport, *, dry_run: bool = False
                 done.append(f"could not remove {key}: {exc}")
                 continue
         done.append(f"{verb} unreferenced blob {key}")
+    if young:
+        done.append(f"kept {young} unreferenced blob(s) younger than {grace:g} s (a recording may be writing them; "
+                    "--grace 0 removes them too)")
     return done

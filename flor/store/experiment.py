@@ -27,6 +27,28 @@ __all__ = [
     "pick_run",
 ]
 
+#: the most JSON objects and lists one metadata file (run.json, a manifest) may hold: a real manifest
+#: holds a few per leaf; 60 MB of ``{}`` would cost GBs to parse
+MAX_NODES = 2_000_000
+#: the deepest nesting of objects and lists one metadata file may have (flor's own: a few dozen)
+MAX_DEPTH = 256
+
+
+def _deeper_than(obj: Any, depth: int) -> bool:
+    """Whether ``obj`` nests dicts and lists more than ``depth`` levels (walked without recursion).
+
+    >>> _deeper_than([[[]]], 2), _deeper_than({"a": [1, {"b": 2}]}, 3)
+    (True, False)
+    """
+    stack = [(obj, 1)]
+    while stack:
+        cur, level = stack.pop()
+        if level > depth:
+            return True
+        children = cur.values() if isinstance(cur, dict) else cur
+        stack.extend((c, level + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
 _BLOCK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 
@@ -143,6 +165,9 @@ class ExperimentStore:
                 continue
             if os.path.lexists(p / "run.json"):  # one that is not a file (a FIFO, a link) is reported by its readers
                 out.append(p.name)
+            elif p.is_dir() and not os.access(p, os.R_OK | os.X_OK):  # lexists() was False: it cannot tell
+                warn("FL417", f"skipped run {p.name} of {self.name}: its folder {p} cannot be read by you; "
+                     "ask its owner to make it readable (`flor verify` also names it)")
         return sorted(out)
 
     def resolve_run(self, run: str | None) -> str:
@@ -199,11 +224,20 @@ class ExperimentStore:
         return self.root / self.run_key(run, *parts)
 
     def read_json(self, key: str) -> Any:
+        data = self.backend.read(key, limit=MAX_METADATA)
+        nodes = data.count(b"{") + data.count(b"[")  # an upper bound on the objects and lists parsed, in C
+        if nodes > MAX_NODES:
+            raise StorageError(f"{self.backend.path(key)} holds {nodes} JSON objects and lists, more than flor reads "
+                               f"({MAX_NODES}; each costs memory to parse): it was damaged or planted")
         try:
-            return json.loads(self.backend.read(key, limit=MAX_METADATA))
+            obj = json.loads(data)
         except (ValueError, RecursionError) as exc:  # RecursionError: nested past what the parser takes
             raise StorageError(f"{self.backend.path(key)} is not valid JSON ({type(exc).__name__}: {exc}); "
                                "it was damaged") from exc
+        if nodes > MAX_DEPTH and _deeper_than(obj, MAX_DEPTH):  # the readers walk it recursively
+            raise StorageError(f"{self.backend.path(key)} nests JSON deeper than {MAX_DEPTH} levels, deeper than "
+                               "flor writes: it was damaged or planted")
+        return obj
 
     def write_json(self, key: str, obj: Any, *, durable: bool = True) -> None:
         self.backend.write(key, dumps(obj), durable=durable)

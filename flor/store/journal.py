@@ -16,6 +16,7 @@ from typing import Any
 from .._files import StoreFileError, lines, open_append, read_lines, read_text
 from ..errors import ConfigError, StorageError, warn
 from ..settings import parse_s3_url
+from .ids import contained
 
 __all__ = ["SpoolJournal", "spooled_to"]
 
@@ -34,6 +35,13 @@ class SpoolJournal:
         self.done: dict[str, tuple[int, str]] = {}
         self._lock = threading.Lock()
         self._fh: Any = None
+        #: why the journal is neither read nor written (``spool/`` planted as a link out of the store)
+        self.refused = None if contained(self.path, Path(root), parent_only=True) else (
+            f"{self.path.parent} leads out of the store through a symbolic link (to "
+            f"{os.path.realpath(self.path.parent)}); remove the link")
+        if self.refused:
+            warn("FL411", f"ignoring the spool journal: {self.refused}; what it listed is checked in the bucket again")
+            return
         try:
             text = read_text(self.path)  # a regular file of at most MAX_METADATA, no link followed
         except FileNotFoundError:
@@ -60,6 +68,8 @@ class SpoolJournal:
     def add(self, key: str, size: int, digest: str) -> None:
         with self._lock:
             self.done[key] = (size, digest)
+            if self.refused:
+                raise StorageError(f"cannot write the spool journal {self.path}: {self.refused}")
             try:
                 if self._fh is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,6 +98,8 @@ def spooled_to(root: Path, run: str) -> list[str]:
     ``flor spool`` put the run (after the fact, so ``run.json`` names no spool). Read from the
     store, so untrusted: the caller trusts a URL only as ``flor.store.trust.spool_trusted`` says."""
     found = []
+    if not contained(Path(root) / "spool", Path(root)):  # a link planted in its place: not read through
+        return []
     try:
         names = sorted(e.name for e in os.scandir(Path(root) / "spool") if e.name.endswith(".jsonl"))
     except OSError:

@@ -10,6 +10,7 @@ are in ``extra`` and written back unchanged.
 from __future__ import annotations
 
 import dataclasses
+import math
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,29 @@ STATUSES = ("running", "finished", "crashed", "interrupted", "terminated")
 #: the most torch threads a recording may ask a replay for (a damaged value must not reach torch)
 MAX_THREADS = 4096
 _NUM = (int, float)
+#: bounds on the numbers of run.json that no real run reaches (a store is anyone's to write): a number
+#: past its bound makes the run a named damaged one, never a traceback (a date of 1e308) or an endless
+#: loop (10**15 epochs to plan) in a reader
+MAX_TIME = 1e11  # Unix seconds: the year 5138
+MAX_EPOCHS_DONE = 10**6
+MAX_INT = 2**63
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "started": (0, MAX_TIME), "ended": (0, MAX_TIME), "process_started": (0, MAX_TIME), "busy_cores": (0, 1e6),
+    "pid": (0, 2**31), "torch_threads": (-MAX_INT, MAX_INT), "epochs_planned": (0, MAX_INT),
+    "checkpoint_every": (-MAX_INT, MAX_INT), "exit_code": (-2**31, 2**31), "epochs_done": (0, MAX_EPOCHS_DONE),
+    "world_size": (0, 10**6),
+}
+
+
+def _bounded(value: Any, name: str, where: str) -> Any:
+    """``value`` when it is None or a finite number within the bounds of ``name``; else a StorageError."""
+    if value is None or name not in _BOUNDS:
+        return value
+    low, high = _BOUNDS[name]
+    if not (isinstance(value, int) or math.isfinite(value)) or not low <= value <= high:
+        raise StorageError(f"{where}: {name} is {value!r:.40}, out of range ({low:g} to {high:g}); the file is "
+                           "damaged or planted")
+    return value
 
 
 def _check(value: Any, kinds: tuple[type, ...] | type, name: str, where: str, *, optional: bool = True) -> Any:
@@ -100,6 +124,9 @@ class RunMeta:
     #: {run_id, tracking_uri, experiment_id}, ``wandb`` {entity, project, id, dir, mode}, ``tensorboard``
     #: {logdirs}; what ``flor export`` writes into
     trackers: dict[str, Any] = field(default_factory=dict)
+    #: the user's key's signature of ``argv`` and the source copy (``flor.store.trust.sign_run``):
+    #: a sweep runs them only when signed by a key the user trusts
+    signature: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -217,7 +244,7 @@ class RunMeta:
         for name in ("cwd", "script", "script_sha256", "spool", "error", "loop_ended"):
             if name in obj:
                 kw[name] = _check(obj[name], str, name, where)
-        for name in ("git", "checkpoint_policy", "background"):
+        for name in ("git", "checkpoint_policy", "background", "signature"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where)
         for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics", "write_failures", "trackers"):
@@ -230,6 +257,14 @@ class RunMeta:
         for name in ("argv", "grads_carried"):
             if not all(isinstance(a, str) for a in kw.get(name, [])):
                 raise StorageError(f"{where}: {name} holds a value that is not a string")
+        for name in _BOUNDS:
+            _bounded(kw.get(name), name, where)
+        epoch_s = kw.get("timings", {}).get("epoch_s", [])
+        if not isinstance(epoch_s, list) or not all(
+                isinstance(t, _NUM) and not isinstance(t, bool) and math.isfinite(t) and 0 <= t <= MAX_TIME
+                for t in epoch_s):
+            raise StorageError(f"{where}: timings.epoch_s is not a list of epoch durations in seconds; the file is "
+                               "damaged or planted")
         for epoch, blocks in kw.get("epoch_blocks", {}).items():
             if not epoch.isdigit() or not isinstance(blocks, list):
                 raise StorageError(f"{where}: epoch_blocks[{epoch!r}] is not a list of blocks of an epoch")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from ..errors import ConfigError, StorageError
+from ..redact import redact_text
 from ..settings import parse_s3_url
 from .hashing import hash_bytes
 from .s3parts import multipart_etag, part_md5
@@ -163,7 +164,8 @@ class S3Backend:
 
     @property
     def endpoint(self) -> str:
-        return str(self.client.meta.endpoint_url)
+        """The endpoint as errors name it: a password in its URL (``http://user:pw@host``) or query hidden."""
+        return redact_text(str(self.client.meta.endpoint_url))
 
     def key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
@@ -375,7 +377,11 @@ class S3Backend:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _translate(self, exc: BaseException, action: str, rel: str) -> StorageError:
-        """The one place where botocore errors become flor errors. No credential is ever shown."""
+        """The one place where botocore errors become flor errors. No credential is ever shown: not
+        even one written into the endpoint URL, which botocore's own messages repeat."""
+        return StorageError(redact_text(str(self._translated(exc, action, rel))))
+
+    def _translated(self, exc: BaseException, action: str, rel: str) -> StorageError:
         from botocore.exceptions import (
             ClientError, ConnectionError, HTTPClientError, IncompleteReadError, NoCredentialsError,
             PartialCredentialsError,

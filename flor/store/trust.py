@@ -10,6 +10,12 @@ The key is 32 random bytes, hex, in ``key`` under flor's config directory
 with mode 0600 the first time a recording pickles a leaf. A team may share it deliberately:
 copying the file to a colleague lets their replays load the pickles of your recordings.
 A key file that others may write is refused.
+
+The same key signs what a recording says to run: its source copy and its argv (``sign_run``,
+kept in ``run.json`` as ``signature``). A sweep (``flor replay NAME --all``) runs a run's recorded
+code and arguments only when they are signed by this key or by a key the user put in the
+``trusted-keys`` folder beside it (one file a key, 64 hex digits, not writable by others), or when
+the user opts in for that run after ``--dry-run`` (``flor.launch.sweep``).
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ import stat
 from pathlib import Path
 
 from .._files import open_append, open_file
-from ..errors import ConfigError, warn
+from ..errors import ConfigError, printable, warn
 
-__all__ = ["KEY_FILE", "SPOOLS_FILE", "key_file", "key_id", "load_key", "remember_spool", "signer", "spool_trusted",
-           "verify"]
+__all__ = ["KEY_FILE", "SPOOLS_FILE", "TRUSTED_KEYS", "key_file", "key_id", "load_key", "remember_spool",
+           "run_bytes", "sign_run", "signer", "spool_trusted", "trusted_keys", "verify", "verify_run"]
 
 KEY_FILE = "key"
 
@@ -157,3 +163,69 @@ def _spools(path: Path) -> set[str]:
             return set()  # others could add a bucket: trust none of it
         text = fh.read(1 << 20).decode("utf-8", errors="replace")
     return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+#: the folder beside the key holding the keys of others whose recordings this user trusts
+TRUSTED_KEYS = "trusted-keys"
+
+
+def trusted_keys(config_dir: Path) -> list[bytes]:
+    """The keys in ``config_dir/trusted-keys/`` (each file 64 hex digits); a file that is a link,
+    not a regular file, writable by others or not a key is left out (anyone could add one)."""
+    folder = Path(config_dir) / TRUSTED_KEYS
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    keys = []
+    for name in names:
+        if (folder / name).is_symlink():
+            continue
+        try:
+            keys.append(_read(folder / name))
+        except (OSError, ConfigError):
+            continue
+    return keys
+
+
+def run_bytes(argv: list[str], source_sha256: str | None) -> bytes:
+    """What a run's signature covers: its recorded argv and the SHA-256 of its source copy."""
+    import json
+
+    return b"flor run:" + json.dumps({"argv": list(argv), "source": source_sha256}, sort_keys=True).encode()
+
+
+def sign_run(config_dir: Path, argv: list[str], source_sha256: str | None) -> dict | None:
+    """The signature (``{"key", "mac"}``) of a recording's argv and source copy with the user's
+    key (made on first use); None, with a warning (FL415), when no key can be made or read:
+    a sweep then runs that run only on the user's opt-in. Never raises."""
+    try:
+        key = load_key(config_dir, create=True)
+    except (OSError, ConfigError) as exc:
+        warn("FL415", f"cannot sign this run's script and arguments with a key in {config_dir} ({exc}); "
+             "a sweep replays it only after `--dry-run` and `--trust`")
+        return None
+    assert key is not None  # create=True makes one or raises
+    return {"key": key_id(key), "mac": hmac.new(key, run_bytes(argv, source_sha256), hashlib.sha256).hexdigest()}
+
+
+def verify_run(signature: object, argv: list[str], source_sha256: str | None, config_dir: Path) -> str | None:
+    """None when ``signature`` signs ``argv`` and the source with the user's key or a trusted key;
+    else why not, in words."""
+    if not isinstance(signature, dict) or not isinstance(signature.get("mac"), str):
+        return "they are not signed"
+    keys = trusted_keys(config_dir)
+    try:
+        own = load_key(config_dir)
+    except (ConfigError, OSError):
+        own = None
+    if own is not None:
+        keys.insert(0, own)
+    key = next((k for k in keys if key_id(k) == signature.get("key")), None)
+    if key is None:
+        return (f"they are signed with a key you do not trust (id {printable(signature.get('key'))[:16]}); "
+                f"add it to {Path(config_dir) / TRUSTED_KEYS}/ to trust its runs")
+    mac = hmac.new(key, run_bytes(argv, source_sha256), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(signature["mac"], mac):
+        return "their signature does not match them (the run's argv or source copy was changed after it was signed)"
+    return None

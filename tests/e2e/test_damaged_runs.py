@@ -35,6 +35,7 @@ def store(recorded: Runner, tmp_path) -> Runner:  # noqa: ANN001
     """A copy of the recorded store and script, to damage."""
     r = Runner(tmp_path)
     shutil.copytree(recorded.home, r.home)
+    shutil.copytree(recorded.cwd / "florconfig", r.cwd / "florconfig")  # the key that signed the runs (a sweep)
     shutil.copy(recorded.cwd / "toy.py", r.cwd / "toy.py")
     return r
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Runner
+from helpers import Runner, git_repo
 
 from flor.store import BlobStore, LocalBackend
 from flor.store.ids import HASH_HEX_LEN
@@ -99,6 +99,7 @@ def test_verify_finds_each_damage_and_repair_removes_only_leftovers(runner: Runn
     _age(tmp_file)
     orphan, _ = BlobStore(LocalBackend(root)).put(b"nobody names me")
     orphan_path = root / "objects" / orphan[:2] / orphan[2:]
+    _age(orphan_path)  # a repair keeps blobs younger than its grace period (a recording may be writing them)
     dry = _verify(runner, "--repair", "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert f"would remove unreferenced blob objects/{orphan[:2]}/{orphan[2:]}" in dry.stdout
@@ -337,14 +338,7 @@ def _argv() -> list[str]:
 def test_secrets_in_argv_and_untracked_files_reach_neither_store_nor_bucket(runner: Runner, moto, bucket) -> None:
     url = f"s3://{bucket}/team"
     script = runner.script(edits={'parser.add_argument("--seed", type=int, default=0)': ARG_LINES})
-
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=t", *args], cwd=runner.cwd, check=True,
-                       capture_output=True)
-
-    git("init", "-q")
-    git("add", script.name)
-    git("commit", "-qm", "init")
+    git_repo(runner.cwd, script)
     for name, (text, _) in SECRET_FILES.items():
         ATTACKS.append(f"untracked secret file {name}")
         (runner.cwd / name).write_text(text)

@@ -211,3 +211,17 @@ def test_bad_spool_settings_are_config_errors(env: dict, needle: str) -> None:
 def test_writer_settings(env, field, expected):
     settings, _ = parse(["train.py", "--flor", "x"], env)
     assert getattr(settings, field) == expected
+
+
+@pytest.mark.parametrize("args,kept,dropped", [
+    (["--lr", "1", "--flor", "x", "--replay_flor", "0/2"], ["--lr", "1"], ["--flor", "x", "--replay_flor", "0/2"]),
+    (["--flor_spool=s3://b/p", "--flor_strict", "--seed", "3"], ["--seed", "3"], ["--flor_spool=s3://b/p",
+                                                                                 "--flor_strict"]),
+    (["--flor_epochs", "0:1", "x.csv"], ["x.csv"], ["--flor_epochs", "0:1"]),
+    (["--replay_flor", "data.csv"], ["data.csv"], ["--replay_flor"]),
+    (["--", "--flor_spool", "s3://b/p"], ["--", "--flor_spool", "s3://b/p"], []),
+])
+def test_strip_flor_flags_takes_every_flor_flag_out_of_a_recorded_argv(args, kept, dropped):
+    from flor.settings import strip_flor_flags
+
+    assert strip_flor_flags(args) == (kept, dropped)

@@ -81,3 +81,33 @@ def test_a_module_node_has_both_its_frozen_and_eval_lists(extra):
     with pytest.raises(CheckpointError, match="frozen parameters and its modules in eval mode are not both given"):
         check_manifest(_manifest(**extra), "m.json")
     check_manifest(_manifest(), "m.json")  # a node of another stateful object: neither
+
+
+@pytest.mark.parametrize("field,value", [("started", 1e308), ("ended", float("inf")), ("started", -5.0),
+                                         ("epochs_done", 10**15), ("process_started", float("nan")),
+                                         ("world_size", 10**9), ("pid", 2**40)])
+def test_a_number_of_run_json_past_its_bound_is_a_damaged_file(field, value):
+    obj = {"name": "x", "run": "r", "format": RUN_FORMAT, field: value}
+    with pytest.raises(StorageError, match=f"{field} is .*out of range"):
+        RunMeta.from_json(obj, "runs/r/run.json")
+
+
+def test_epoch_durations_must_be_finite_seconds():
+    obj = {"name": "x", "run": "r", "format": RUN_FORMAT, "timings": {"epoch_s": [1.0, 1e308 * 10]}}
+    with pytest.raises(StorageError, match="timings.epoch_s"):
+        RunMeta.from_json(obj, "runs/r/run.json")
+    assert RunMeta.from_json({**obj, "timings": {"epoch_s": [1.0, 2]}}, "w").timings["epoch_s"] == [1.0, 2]
+
+
+def test_a_metadata_file_too_many_or_too_deep_in_json_nodes_is_refused_with_one_line(tmp_path):
+    store = ExperimentStore(tmp_path, "x")
+    path = store.root / "runs" / "r1" / "run.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"[" + b"{}," * 2_000_001 + b"{}]")
+    with pytest.raises(StorageError, match="JSON objects and lists, more than flor reads"):
+        store.read_json("runs/r1/run.json")
+    path.write_bytes(b"[" * 300 + b"]" * 300)
+    with pytest.raises(StorageError, match="deeper than 256 levels"):
+        store.read_json("runs/r1/run.json")
+    path.write_bytes(b"[" * 200 + b"]" * 200)
+    assert store.read_json("runs/r1/run.json") == eval("[" * 200 + "]" * 200)
