@@ -351,6 +351,19 @@ ABSURD_AT_START = [
 ]
 
 
+def note_trackers(store, trackers: dict, config_dir: Path | None = None) -> None:
+    """Run "r1" of ``store`` noted ``trackers`` as a recording does: signed with the key in
+    ``config_dir`` (made there) where given, unsigned (as a planted run.json is) where not."""
+    from flor.store.trust import load_key, sign_trackers
+
+    run_json = store.run_path("r1", "run.json")
+    obj = {**json.loads(run_json.read_text()), "trackers": trackers}
+    if config_dir is not None:
+        load_key(config_dir, create=True)
+        obj["trackers_signature"] = sign_trackers(config_dir, trackers)
+    run_json.write_text(json.dumps(obj))
+
+
 def fake_run(home: Path, recorded: list[dict], replayed: list[dict], epochs: int = 3):
     """Experiment "ex" with one finished run "r1" as a recording and one replay leave it: run.json and
     the records given (step, block and t filled in); its ExperimentStore."""

@@ -23,7 +23,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     options = {"tracking_uri": args.tracking_uri, "logdir": args.logdir, "mode": args.wandb_mode}
     for run in store.select_runs("all" if args.all else args.run):
         for target in targets:
-            result = export_run(store, run, target, dry_run=args.dry_run, prefix=args.prefix, options=options)
+            result = export_run(store, run, target, dry_run=args.dry_run, prefix=args.prefix, options=options,
+                                trust=args.trust)
             print(result.line())
             if args.dry_run:
                 for p in result.written:
@@ -49,6 +50,9 @@ Exporting twice adds nothing: values already there at the same (key, step) are n
                    help="MLflow: the tracking URI (default: the recorded one, else MLFLOW_TRACKING_URI)")
     p.add_argument("--logdir", default=None,
                    help="TensorBoard: the folder (default: the script's SummaryWriter logdir, as recorded)")
+    p.add_argument("--trust", action="store_true",
+                   help="write into the destination run.json names even though no key you trust signed it "
+                        "(check it first with flor show)")
     p.add_argument("--wandb-mode", default=None, choices=("offline", "online"),
                    help="W&B: offline (the default, unless WANDB_MODE says) or online")
     p.set_defaults(func=cmd_export)

@@ -26,7 +26,7 @@ from ..source.blocks import wrapper_advice
 from ..store import lock as store_lock
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
-from ..store.trust import sign_run
+from ..store.trust import sign_run, sign_trackers
 from ..watch.attributes import ModuleAttrProbe
 from ..watch.frames import caller_frame, left_normally
 from ..watch.grads import GradProbe
@@ -133,11 +133,14 @@ class RecordSession(Session):
         """Where the script reports (an MLflow or W&B run, SummaryWriter logdirs): into run.json,
         for ``flor export``. Only trackers the script imported are looked at (flor.engine.trackers)."""
         found = seen(self.loop_frame)
+        before = dict(self.meta.trackers)
         for name, note in found.items():
             if name == "tensorboard":  # every logdir seen, in order
                 old = self.meta.trackers.get(name, {}).get("logdirs", [])
                 note = {"logdirs": list(dict.fromkeys([*old, *note["logdirs"]]))}
             self.meta.trackers[name] = note
+        if self.meta.trackers != before:  # a destination flor export may write into: signed, as argv is
+            self.meta.trackers_signature = sign_trackers(self.settings.config_dir, self.meta.trackers)
 
     def _gpus(self) -> None:
         """The GPUs into run.json's versions, on the writer (``flor.runinfo.gpus``)."""

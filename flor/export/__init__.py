@@ -22,9 +22,10 @@ from ..settings import EXPORT_TARGETS as TARGETS
 from ..settings import parse_export
 from ..store import ExperimentStore
 from ..store.experiment import open_experiment
+from ..store.runmeta import RunMeta
 from .points import Point, points_of
 
-__all__ = ["ExportResult", "TARGETS", "export", "export_run", "parse_targets"]
+__all__ = ["EXPLICIT", "ExportResult", "TARGETS", "export", "export_run", "parse_targets", "trusted_destination"]
 
 @dataclass
 class ExportResult:
@@ -70,12 +71,39 @@ def parse_targets(text: str, origin: str = "--to") -> tuple[str, ...]:
     return targets
 
 
+#: the option that names a target's destination instead of the recorded one
+EXPLICIT = {"mlflow": "tracking_uri", "tensorboard": "logdir"}
+
+
+def trusted_destination(meta: RunMeta, target: str, options: dict[str, Any], *, trust: bool = False,
+                        config_dir: Path | None = None) -> None:
+    """A ``ConfigError`` where the export would write into a destination read from the store (run.json's
+    ``trackers``: a tracking URI, a logdir, a W&B run) that no key the user trusts signed: a planted
+    run.json must not send a run's values to someone else's server, or files into someone else's
+    folder. Passes where the user names the destination (``--tracking-uri``, ``--logdir``) or
+    ``trust`` (``--trust``, after checking it with ``flor show``)."""
+    if trust or target not in meta.trackers or options.get(EXPLICIT.get(target, "")):
+        return
+    from ..settings import SETTINGS
+    from ..store.trust import verify_trackers
+
+    why = verify_trackers(meta.trackers_signature, meta.trackers, config_dir or SETTINGS.config_dir)
+    if why is not None:
+        name = {"mlflow": "--tracking-uri URI", "tensorboard": "--logdir DIR"}.get(target)
+        raise ConfigError(f"run {meta.run} names where to export to {target}, but {why}: check it "
+                          f"(`flor show {meta.name} --run {meta.run}` prints it), then pass --trust"
+                          + (f", or name it yourself with {name}" if name else ""))
+
+
 def export_run(store: ExperimentStore, run: str, target: str, *, dry_run: bool = False, prefix: str = "",
-               options: dict[str, Any] | None = None) -> ExportResult:
+               options: dict[str, Any] | None = None, trust: bool = False,
+               config_dir: Path | None = None) -> ExportResult:
     """Export one run's points to ``target``; ``options``: ``tracking_uri`` (MLflow), ``logdir``
-    (TensorBoard), ``mode`` (W&B)."""
+    (TensorBoard), ``mode`` (W&B). A destination recorded in the store is used only when signed
+    by a key the user trusts, or with ``trust`` (``trusted_destination``)."""
     options = options or {}
     meta = store.read_run(run)
+    trusted_destination(meta, target, options, trust=trust, config_dir=config_dir)
     points, collapsed = points_of(store, run, prefix=prefix)
     if target == "mlflow":
         from .mlflow import export_mlflow
@@ -97,7 +125,8 @@ def export_run(store: ExperimentStore, run: str, target: str, *, dry_run: bool =
 
 
 def export(name: str | None, to: str, *, run: str | None = None, home: Path | None = None, dry_run: bool = False,
-           prefix: str = "", **options: Any) -> list[ExportResult]:
+           prefix: str = "", trust: bool = False, config_dir: Path | None = None,
+           **options: Any) -> list[ExportResult]:
     """Export runs of experiment ``name`` (default the latest; ``run="all"``: every run) to the
     trackers ``to`` names (``"mlflow"``, ``"wandb,tensorboard"``).
 
@@ -107,8 +136,8 @@ def export(name: str | None, to: str, *, run: str | None = None, home: Path | No
     """
     targets = parse_targets(to)
     store = open_experiment(name, home)
-    return [export_run(store, r, t, dry_run=dry_run, prefix=prefix, options=options)
-            for r in store.select_runs(run) for t in targets]
+    return [export_run(store, r, t, dry_run=dry_run, prefix=prefix, options=options, trust=trust,
+                       config_dir=config_dir) for r in store.select_runs(run) for t in targets]
 
 
 def missing(extra: str, module: str) -> ConfigError:

@@ -127,6 +127,9 @@ class RunMeta:
     #: the user's key's signature of ``argv`` and the source copy (``flor.store.trust.sign_run``):
     #: a sweep runs them only when signed by a key the user trusts
     signature: dict[str, Any] | None = None
+    #: the user's key's signature of ``trackers`` (``flor.store.trust.sign_trackers``): ``flor export``
+    #: writes into a recorded destination only when a key the user trusts signed it
+    trackers_signature: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -244,7 +247,7 @@ class RunMeta:
         for name in ("cwd", "script", "script_sha256", "spool", "error", "loop_ended"):
             if name in obj:
                 kw[name] = _check(obj[name], str, name, where)
-        for name in ("git", "checkpoint_policy", "background", "signature"):
+        for name in ("git", "checkpoint_policy", "background", "signature", "trackers_signature"):
             if name in obj:
                 kw[name] = _check(obj[name], dict, name, where)
         for name in ("versions", "epoch_blocks", "timings", "hyperparameters", "metrics", "write_failures", "trackers"):

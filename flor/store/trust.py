@@ -31,7 +31,8 @@ from .._files import open_append, open_file
 from ..errors import ConfigError, printable, warn
 
 __all__ = ["KEY_FILE", "SPOOLS_FILE", "TRUSTED_KEYS", "key_file", "key_id", "load_key", "remember_spool",
-           "run_bytes", "sign_run", "signer", "spool_trusted", "trusted_keys", "verify", "verify_run"]
+           "run_bytes", "sign_run", "sign_trackers", "signer", "spool_trusted", "trackers_bytes",
+           "trusted_keys", "verify", "verify_run", "verify_trackers"]
 
 KEY_FILE = "key"
 
@@ -212,6 +213,35 @@ def sign_run(config_dir: Path, argv: list[str], source_sha256: str | None) -> di
 def verify_run(signature: object, argv: list[str], source_sha256: str | None, config_dir: Path) -> str | None:
     """None when ``signature`` signs ``argv`` and the source with the user's key or a trusted key;
     else why not, in words."""
+    return _verify(signature, run_bytes(argv, source_sha256), config_dir, "the run's argv or source copy")
+
+
+def trackers_bytes(trackers: dict) -> bytes:
+    """What a run's ``trackers_signature`` covers: where the recording saw the script report."""
+    import json
+
+    return b"flor trackers:" + json.dumps(trackers, sort_keys=True, default=str).encode()
+
+
+def sign_trackers(config_dir: Path, trackers: dict) -> dict | None:
+    """The signature of the trackers a recording noted (run.json ``trackers``) with the user's key,
+    which ``sign_run`` made at the run's start; None where there is none. ``flor export`` writes into
+    a recorded destination only when it is signed by a key the user trusts. Never raises."""
+    try:
+        key = load_key(config_dir)
+    except (OSError, ConfigError):
+        return None
+    if key is None:
+        return None
+    return {"key": key_id(key), "mac": hmac.new(key, trackers_bytes(trackers), hashlib.sha256).hexdigest()}
+
+
+def verify_trackers(signature: object, trackers: dict, config_dir: Path) -> str | None:
+    """None when ``signature`` signs ``trackers`` with the user's key or a trusted key; else why not."""
+    return _verify(signature, trackers_bytes(trackers), config_dir, "the run's trackers")
+
+
+def _verify(signature: object, data: bytes, config_dir: Path, what: str) -> str | None:
     if not isinstance(signature, dict) or not isinstance(signature.get("mac"), str):
         return "they are not signed"
     keys = trusted_keys(config_dir)
@@ -225,7 +255,7 @@ def verify_run(signature: object, argv: list[str], source_sha256: str | None, co
     if key is None:
         return (f"they are signed with a key you do not trust (id {printable(signature.get('key'))[:16]}); "
                 f"add it to {Path(config_dir) / TRUSTED_KEYS}/ to trust its runs")
-    mac = hmac.new(key, run_bytes(argv, source_sha256), hashlib.sha256).hexdigest()
+    mac = hmac.new(key, data, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(signature["mac"], mac):
-        return "their signature does not match them (the run's argv or source copy was changed after it was signed)"
+        return f"their signature does not match them ({what} changed after it was signed)"
     return None
