@@ -26,6 +26,7 @@ from ..source.blocks import wrapper_advice
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
 from ..watch.attributes import ModuleAttrProbe
+from ..watch.carried import CarriedProbe
 from ..watch.frames import caller_frame, left_normally
 from ..watch.grads import GradProbe
 from ..watch.loop import LoopState, StateFile
@@ -96,7 +97,8 @@ class RecordSession(Session):
         self.due = False  # whether the open block's run is checkpointed (decided at its step_into)
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
-        self.watch = Watch([VariablesProbe(), OutsideProbe(), SchedulerProbe(), GeneratorProbe(), ContainerProbe(),
+        self.watch = Watch([VariablesProbe(), CarriedProbe(), OutsideProbe(), SchedulerProbe(), GeneratorProbe(),
+                            ContainerProbe(),
                             NamesProbe(), ModuleAttrProbe(), GradProbe(self._grads_carried)], self.warn_once)
         self.state_file = StateFile(self.layout.state)  # the loop's variables, changes outside the blocks
         self.loop_state: LoopState | None = None
@@ -243,6 +245,7 @@ class RecordSession(Session):
         elapsed = time.perf_counter() - self.block_started
         noted, _ = self.watch.leave(caller_frame(), objs)  # kept in the checkpoint: a restore sets them
         outside = noted.pop("outside", None)
+        carried = noted.pop("carried", None)  # tensors: kept beside the objects, not in the manifest's "watch"
         if outside:  # in-place changes since the last end(), compared by a replay at every block run
             self.state_file.write(epoch, {"block": name, "occ": occ, "outside": outside})
         self.meta.timings["block_vars_s"] = round(self.watch.seconds, 6)
@@ -256,7 +259,7 @@ class RecordSession(Session):
         if self.ranks is not None:  # every rank fingerprints the same blocks; rank 0 notes who differs
             self.ranks.check(name, epoch, objs, self.meta)
         if self.due:
-            self.checkpoints.checkpoint(name, epoch, occ, objs, elapsed, noted)
+            self.checkpoints.checkpoint(name, epoch, occ, objs, elapsed, noted, carried)
         return as_result(objs)
 
     def settle(self) -> None:

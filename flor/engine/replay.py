@@ -25,6 +25,7 @@ from ..state.describe import arity_message
 from ..store.layout import RunLayout
 from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
 from ..verify import BlockEvent, Summary
+from ..watch.carried import CarriedProbe
 from ..watch.frames import caller_frame, left_normally
 from ..watch.loop import LoopState, State, read_state
 from ..watch.names import NamesProbe
@@ -73,7 +74,7 @@ class ReplaySession(Session):
         self.notes: list[str] = []
         self.checkpoints = Restorer(self.store, self.run, self.meta, settings, self.note)
         # the script's state outside end() (flor.watch): set as recorded where a block is restored
-        self.watch = Watch([VariablesProbe(), SchedulerProbe(), NamesProbe(), OutsideProbe()],
+        self.watch = Watch([VariablesProbe(), CarriedProbe(), SchedulerProbe(), NamesProbe(), OutsideProbe()],
                            lambda code, subject, text: self.note(code, text), replay=True)
         self._state: State | None = None  # logs/state.jsonl, read when first needed
         if picked:
@@ -303,7 +304,8 @@ class ReplaySession(Session):
         if action == "restore":
             assert manifest is not None and cache is not None  # step_into fetched both to restore
             objs = cp.restore(manifest, cache, objs)
-            restored = manifest.get("watch", {})  # set as recorded: the block's variables outside end()
+            # set as recorded: the block's variables outside end(), the values its next run reads first
+            restored = {**manifest.get("watch", {}), "carried_values": cp.carried}
         elif manifest is None:
             event.action = "executed (no checkpoint)"
             cp.rng_exact = False

@@ -34,6 +34,7 @@ class Restorer:
         self.from_restore = False
         self.rng_exact = False
         self.io = {"load_s": 0.0, "restore_s": 0.0, "restore_bytes": 0}  # for the benchmarks
+        self.carried: dict[str, Any] = {}  # of the last restore: the values its block carries (flor.watch.carried)
         self._sound: set[tuple] = set()  # manifests read and found intact (``drop_damaged``)
         self._prefetched: dict[tuple, Any] = {}
         self._reader: Any = None
@@ -220,6 +221,12 @@ class Restorer:
                              "optimizer re-created at some epoch), replay with --flor_strong") from exc
         if "grads" in manifest:  # the block adds to them in its next run (flor.state.grads)
             restore_grads(restored, manifest["grads"], cache.__getitem__)
+        self.carried = {}  # the values its next run reads first (flor.watch.carried), set by the probe
+        if "carried" in manifest:
+            from ..state.decode import decode
+
+            found = decode(manifest["carried"], cache.__getitem__, to_device=True, path="carried")
+            self.carried = found if isinstance(found, dict) else {}
         self.io["restore_s"] += time.perf_counter() - t0
         self.anchored = self.from_restore = self.rng_exact = True
         return tuple(restored)

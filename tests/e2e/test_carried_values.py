@@ -1,0 +1,47 @@
+"""Values a block run carries into its next run (nanoGPT's prefetched ``X, Y``), end to end: kept
+with the block's checkpoint and set where a replay restores it, so every replay gives a full
+run's values; and the dict nanoGPT builds for ``torch.save`` inside the block is not state."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import Runner, values
+
+#: hindsight: the weights after each chunk, which depend on every batch the chunk trained on
+WEIGHTS = {"    # OUTER": '    flor.log("w", float(model.head.weight.detach().double().sum()))'}
+
+
+@pytest.fixture(scope="module")
+def nanogpt(tmp_path_factory) -> tuple[Runner, dict]:
+    """prefetch.py recorded with a checkpoint every other chunk, and a full run of the edited script."""
+    r = Runner(tmp_path_factory.mktemp("carried"))
+    env = r.env(FLOR_EVERY="2")
+    rec = r.run(r.script("prefetch.py"), "--chunks", "5", "--flor", "gpt", env=env)
+    r.recorded = rec.stderr  # type: ignore[attr-defined]
+    edited = r.script("prefetch.py", WEIGHTS, dest="hindsight.py")
+    r.run(edited, "--chunks", "5", "--flor", "full", env=env)
+    full = values(r.logs("full"), "record")
+    assert len(full) == 5
+    return r, full
+
+
+def _replay(r: Runner, *flags: str) -> tuple[dict, str]:
+    proc = r.run(r.cwd / "hindsight.py", "--chunks", "5", "--flor", "gpt", *flags)
+    replay = proc.stderr.split("flor: replay ")[1].split()[0]
+    return values([x for x in r.logs("gpt") if x["replay"] == replay]), proc.stderr
+
+
+def test_a_prefetched_batch_is_restored_with_the_block(nanogpt):
+    r, full = nanogpt
+    assert "FL207" not in r.recorded and "FL211" not in r.recorded, r.recorded  # checkpoint: not state
+    got, err = _replay(r, "--replay_flor")
+    assert got == full, err
+    assert "FL335" in err and "replay verified exact" in err.splitlines()[-1], err
+    merged: dict = {}
+    for pid in range(2):
+        part, err = _replay(r, f"--replay_flor={pid}/2")
+        assert "replay verified exact" in err.splitlines()[-1], err
+        assert "FL322" not in err and "not restored" not in err, err
+        merged.update(part)
+    assert merged == full
