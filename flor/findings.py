@@ -162,6 +162,15 @@ CATALOGUE: dict[str, Entry] = {
                    "was restored", "nothing to do"),
     "FL336": Entry("a value a block carries into its next run is not in the checkpoint restored: the next run "
                    "starts from another value", "pass it to SkipBlock.end(..., x) and record again"),
+    "FL337": Entry("variables a block changes outside end() could not be set where a replay restored it",
+                   "pass them to SkipBlock.end and record again"),
+    "FL338": Entry("a hindsight flor.log added to the script never ran in this replay",
+                   "put it where the replayed code runs (probed=True for a block whose runs are restored)"),
+    "FL339": Entry("a block is re-executed where a checkpoint exists because the script adds flor.log inside it "
+                   "or in a function it calls (as probed=True does)", "nothing to do"),
+    "FL340": Entry("the replay writes a file the recording wrote (torch.save, open(..., 'w'), a plot): it now "
+                   "holds the replay's values, and every worker of a launch writes it",
+                   "guard the write with `if not flor.replaying():`"),
     # -- FL4: stores and spools ---------------------------------------------------------------
     "FL401": Entry("a run folder leads out of the store through a symbolic link: skipped",
                    "remove the link (`flor verify NAME` lists such problems)"),

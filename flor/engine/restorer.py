@@ -13,7 +13,7 @@ from ..settings import Settings
 from ..store import ExperimentStore
 from ..store.experiment import blob_hashes
 from ..store.runmeta import RunMeta
-from ..verify import CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent
+from ..verify import CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent, cause_missing
 
 __all__ = ["Restorer"]
 
@@ -30,6 +30,7 @@ class Restorer:
         self.available = set(store.manifests(run))
         self.plan: ReplayPlan | None = None
         self.code_changed = False  # the script changed by more than logging: the likely cause of a divergence
+        self.missing: list[str] = []  # state this replay knows it did not restore: a likelier cause
         self.anchored = True
         self.from_restore = False
         self.rng_exact = False
@@ -127,10 +128,22 @@ class Restorer:
         differs = self._rng_start_differs(manifest)
         if differs:
             restore_rng(self._recorded_rng(manifest, "rng_start"))
-            if not self._rng_noted:
+            differs = [g for g in differs if g in self._drawn_in(manifest)]  # one the block never drew from: moot
+            if differs and not self._rng_noted:
                 self._rng_noted = True
                 self.note("FL324", f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
                           "differed from the recording (is that generator seeded?); flor set it as recorded")
+
+    @staticmethod
+    def _drawn_in(manifest: dict) -> set[str]:
+        """The global generators the recorded block drew from (its ``rng_start`` against its ``rng``):
+        one it never drew from (NumPy's in a torch script, unseeded) makes no value differ."""
+        from ..state import diff_nodes
+
+        try:
+            return {p.split(".")[0].split("[")[0] for p in diff_nodes(manifest["rng_start"], manifest["rng"])}
+        except Exception:  # noqa: BLE001 - a tree of another shape: every generator counts
+            return {"python", "numpy", "torch", "cuda"}
 
     def _rng_start_differs(self, manifest: dict) -> list[str]:
         """The global generators whose state now is not the one the block started from when recorded."""
@@ -149,7 +162,7 @@ class Restorer:
         full run of the edited script's: said once, as a note and in the verdict's cause."""
         if self._outside_noted or "rng_start" not in manifest:
             return
-        differs = self._rng_start_differs(manifest)
+        differs = [g for g in self._rng_start_differs(manifest) if g in self._drawn_in(manifest)]
         if differs:
             self._outside_noted = True
             self.note("FL325", f"code outside the blocks drew from the {', '.join(differs)} random generator before "
@@ -246,7 +259,9 @@ class Restorer:
             self.rng_exact = True
             return objs, event
         event.action, event.tensors = "diverged", diffs + rng_diffs
-        if self.code_changed:
+        if self.missing:  # state flor knows it did not restore: named before the edit is blamed
+            event.cause = cause_missing(self.missing)
+        elif self.code_changed:
             event.cause = CAUSE_CODE
         elif not diffs:
             event.cause = CAUSE_RNG
@@ -262,7 +277,8 @@ class Restorer:
         what the recording's run noted: diverged like its objects (they are left as re-executed)."""
         if event.action != "diverged":
             event.action, event.tensors = "diverged", []
-            event.cause = CAUSE_CODE if self.code_changed else CAUSE_NONDET
+            event.cause = cause_missing(self.missing) if self.missing else CAUSE_CODE if self.code_changed \
+                else CAUSE_NONDET
         event.tensors = list(event.tensors) + names
         return event
 

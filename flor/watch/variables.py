@@ -280,6 +280,6 @@ class VariablesProbe(Probe):
                 say("FL326", (view.block, "set"), f"variables block {view.block!r} changes outside end() are set as "
                     f"recorded where it is restored: {listed(done, 12)}")
             if missing:
-                say("FL326", (view.block, "left"), f"variables block {view.block!r} changes outside end() that could "
+                say("FL337", (view.block, "left"), f"variables block {view.block!r} changes outside end() that could "
                     f"not be set where it is restored: {listed(sorted(missing), 12)}; pass them to SkipBlock.end")
         return missing

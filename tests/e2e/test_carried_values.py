@@ -1,6 +1,7 @@
 """Values a block run carries into its next run (nanoGPT's prefetched ``X, Y``), end to end: kept
 with the block's checkpoint and set where a replay restores it, so every replay gives a full
-run's values; and the dict nanoGPT builds for ``torch.save`` inside the block is not state."""
+run's values; the dict nanoGPT builds for ``torch.save`` inside the block is not state, and the
+unguarded ``torch.save`` a replay runs again is named."""
 
 from __future__ import annotations
 
@@ -8,8 +9,14 @@ import pytest
 
 from helpers import Runner, values
 
-#: hindsight: the weights after each chunk, which depend on every batch the chunk trained on
-WEIGHTS = {"    # OUTER": '    flor.log("w", float(model.head.weight.detach().double().sum()))'}
+#: hindsight: the weights after each chunk, which depend on every batch the chunk trained on, through a
+#: helper function used only by the log (a logging-only edit)
+WEIGHTS = {"# HELPERS": "def weight_sum(m):\n    return float(m.head.weight.detach().double().sum())\n\n",
+           "    # OUTER": '    flor.log("w", weight_sum(model))'}
+#: hindsight inside the block: the gradient norm the recording computed and dropped, kept for a log
+GRAD_NORM = {"            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)":
+             "            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+             '            flor.log("gn", float(gn), step=iter_num)'}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +44,10 @@ def test_a_prefetched_batch_is_restored_with_the_block(nanogpt):
     assert "FL207" not in r.recorded and "FL211" not in r.recorded, r.recorded  # checkpoint: not state
     got, err = _replay(r, "--replay_flor")
     assert got == full, err
+    assert "FL309" not in err, err  # a helper def only a log uses is a logging-only edit
     assert "FL335" in err and "replay verified exact" in err.splitlines()[-1], err
+    # the unguarded torch.save of the best checkpoint runs again in the re-executed chunks: named once
+    assert err.count("FL340 this replay writes") == 1 and f"{r.cwd / 'ckpt.pt'}, which the recording wrote" in err
     merged: dict = {}
     for pid in range(2):
         part, err = _replay(r, f"--replay_flor={pid}/2")
@@ -45,3 +55,16 @@ def test_a_prefetched_batch_is_restored_with_the_block(nanogpt):
         assert "FL322" not in err and "not restored" not in err, err
         merged.update(part)
     assert merged == full
+
+
+def test_keeping_a_result_the_recording_dropped_is_a_logging_only_edit(nanogpt):
+    """``gn = clip_grad_norm_(...)`` where the recording called ``clip_grad_norm_(...)``: no FL309, and
+    the log inside the block re-executes it (FL339) with the values of a full run."""
+    r, _ = nanogpt
+    edited = r.script("prefetch.py", GRAD_NORM, dest="hindsight.py")
+    r.run(edited, "--chunks", "5", "--flor", "gn_full", env=r.env(FLOR_EVERY="2"))
+    full = values(r.logs("gn_full"), "record")
+    got, err = _replay(r, "--replay_flor")
+    assert got == full and len(full) == 25, err
+    assert "FL309" not in err and "FL339 block 'train' is re-executed" in err, err
+    assert "replay verified exact" in err.splitlines()[-1], err

@@ -42,6 +42,7 @@ class TinyLM(torch.nn.Module):
         return logits, loss
 
 
+# HELPERS
 model = TinyLM()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 iter_num = 0
@@ -55,6 +56,7 @@ for chunk in flor.it(range(args.chunks)):
             logits, loss = model(X, Y)
             X, Y = get_batch("train")  # prefetch the next batch while the GPU would be busy
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # clip the gradient, as nanoGPT's grad_clip
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             iter_num += 1
