@@ -110,7 +110,7 @@ class CarriedProbe(Probe):
                 and type(variables[var]) not in SCALARS}
 
     def leave(self, view: View, say: Say) -> None:
-        if view.replay:
+        if view.replay or not (view.note or view.first):  # a run without a checkpoint notes nothing
             return
         kept: dict[str, Any] = {}
         left: list[str] = []

@@ -48,13 +48,11 @@ def test_a_prefetched_batch_is_restored_with_the_block(nanogpt):
     assert "FL335" in err and "replay verified exact" in err.splitlines()[-1], err
     # the unguarded torch.save of the best checkpoint runs again in the re-executed chunks: named once
     assert err.count("FL340 this replay writes") == 1 and f"{r.cwd / 'ckpt.pt'}, which the recording wrote" in err
-    merged: dict = {}
-    for pid in range(2):
-        part, err = _replay(r, f"--replay_flor={pid}/2")
-        assert "replay verified exact" in err.splitlines()[-1], err
-        assert "FL322" not in err and "not restored" not in err, err
-        merged.update(part)
-    assert merged == full
+    # a worker that starts mid-run: its first chunk reads the batch the restored initialization chunk fetched
+    part, err = _replay(r, "--replay_flor=1/2")
+    assert len(part) >= 2 and part == {k: full[k] for k in part}, err
+    assert "replay verified exact" in err.splitlines()[-1], err
+    assert "FL322" not in err and "not restored" not in err, err  # nor the checkpoint dict
 
 
 def test_keeping_a_result_the_recording_dropped_is_a_logging_only_edit(nanogpt):
