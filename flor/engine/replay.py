@@ -202,6 +202,7 @@ class ReplaySession(Session):
                 self.epoch, self.initializing = epoch, epoch < plan.segment.start
                 self.mark("epoch", epoch, init=self.initializing)
                 if epoch == plan.first and epoch > 0:
+                    self.checkpoints.rng_exact = False  # the epochs skipped before drew: no FL325 from them
                     self._restore_outer(epoch - 1)
                     if self.loop_wrapper in WRONG_MID_RUN:  # what it counts or pairs starts here, not at 0
                         self.summary.loop.append(f"loop: {wrapper_advice(self.loop_wrapper)}, or replay with "
