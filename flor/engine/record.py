@@ -27,6 +27,7 @@ from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
 from ..watch.attributes import ModuleAttrProbe
 from ..watch.carried import CarriedProbe
+from ..watch.draws import DrawsProbe
 from ..watch.frames import caller_frame, left_normally
 from ..watch.grads import GradProbe
 from ..watch.loop import LoopState, StateFile
@@ -103,9 +104,10 @@ class RecordSession(Session):
         self.meta_written = 0.0  # when run.json was last written (perf_counter)
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
+        self.draws = DrawsProbe()  # run.json drew_between: what the code between blocks draws (flor.watch.draws)
         self.watch = Watch([VariablesProbe(), CarriedProbe(), OutsideProbe(), SchedulerProbe(), GeneratorProbe(),
-                            ContainerProbe(),
-                            NamesProbe(), ModuleAttrProbe(), GradProbe(self._grads_carried)], self.warn_once)
+                            ContainerProbe(), NamesProbe(), ModuleAttrProbe(), GradProbe(self._grads_carried),
+                            self.draws], self.warn_once)
         self.state_file = StateFile(self.layout.state)  # the loop's variables, changes outside the blocks
         self.loop_state: LoopState | None = None
         self.passed_ids: set[int] = set()  # given to end() this epoch: the loop state does not name them
@@ -234,7 +236,8 @@ class RecordSession(Session):
         self._observe_watch()
         self.due = policy.due(name, epoch, elapsed=training_s)
         self.watch.enter(name, epoch, occ, caller_frame(), note=self.due)  # what the block starts from
-        self.checkpoints.block_started()
+        if self.due:  # the RNG state it starts from goes into its checkpoint only
+            self.checkpoints.block_started()
         return True
 
     def _observe_watch(self) -> None:
@@ -335,6 +338,7 @@ class RecordSession(Session):
         self.writes.close()
         if self.writes.paths:
             self.meta.extra["files_written"] = list(self.writes.paths)
+        self.meta.extra["drew_between"] = self.draws.noted()
         self.record.finish(self.exit_error, getattr(self, "terminated_by", None), ended)
         # a block left open (an exception past its end(): the script's, already reported) is not
         # a checkpoint that failed, and a run that crashed was affected: said by its warning only

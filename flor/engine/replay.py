@@ -26,6 +26,7 @@ from ..store.layout import RunLayout
 from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
 from ..verify import BlockEvent, Summary
 from ..watch.carried import CarriedProbe
+from ..watch.draws import DrawsProbe, recorded_draws
 from ..watch.frames import caller_frame, left_normally
 from ..watch.loop import LoopState, State, read_state
 from ..watch.names import NamesProbe
@@ -75,7 +76,8 @@ class ReplaySession(Session):
         self.notes: list[str] = []
         self.checkpoints = Restorer(self.store, self.run, self.meta, settings, self.note)
         # the script's state outside end() (flor.watch): set as recorded where a block is restored
-        self.watch = Watch([VariablesProbe(), CarriedProbe(), SchedulerProbe(), NamesProbe(), OutsideProbe()],
+        self.watch = Watch([VariablesProbe(), CarriedProbe(), SchedulerProbe(), NamesProbe(), OutsideProbe(),
+                            DrawsProbe(recorded_draws(self.meta.extra))],
                            lambda code, subject, text: self.note(code, text), replay=True)
         self._state: State | None = None  # logs/state.jsonl, read when first needed
         if picked:

@@ -1,0 +1,85 @@
+"""Draws from the global random generators by code between one block's ``end()`` and the next
+``step_into``: noted by the recording per block, compared by a replay.
+
+Hindsight code after ``end()`` that samples from torch's global generator (nanoGPT's
+``estimate_loss()`` draws its batches) changes what a full run of the edited script trains on
+from there, while a replay restores or re-executes the next blocks from the recording's random
+state. ``flor.engine.restorer`` sees it where the next block is restored right after an exact
+one; a sparse recording re-executes the blocks in between, so the replay would say nothing. The
+recording therefore notes, per block, which global generators the code before it ever drew from
+(run.json ``drew_between``); a replay that finds another one drawn before a block says so (FL325,
+a condition of the verdict). A recording without that note (older flor) is not compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .probe import Probe, Say, View
+
+__all__ = ["DrawsProbe", "moved", "recorded_draws"]
+
+_KEYS = ("python", "numpy", "torch")
+
+
+def moved(before: Any, after: Any) -> set[str]:
+    """The global generators whose state differs between two ``capture_rng(raw=True)`` captures
+    (CUDA's where both hold it); every one where a capture is of another form."""
+    from ..state.rng import same_rng, settled
+
+    if type(before) is not dict or type(after) is not dict:
+        return set(_KEYS)
+    settled(before)
+    settled(after)
+    keys = _KEYS + (("cuda",) if "cuda" in before and "cuda" in after else ())
+    return {k for k in keys if k in before and k in after and not same_rng({**after, k: before[k]}, after)}
+
+
+class DrawsProbe(Probe):
+    """The global generators drawn from between a block's ``end()`` and the next ``step_into``:
+    while recording, kept per block in ``drew`` (run.json ``drew_between``); while replaying,
+    those the recording never drew before that block are said (FL325) once."""
+
+    def __init__(self, recorded: dict[str, list[str]] | None = None) -> None:
+        self.recorded = recorded  # replaying: the recording's drew_between (None: not compared)
+        self.drew: dict[str, set[str]] = {}
+        self.last: Any = None
+        self.said = False
+
+    def leave(self, view: View, say: Say) -> None:
+        from ..state.rng import capture_rng
+
+        self.last = capture_rng(raw=True)
+
+    def enter(self, view: View, say: Say) -> None:
+        last, self.last = self.last, None
+        if last is None or (view.replay and (self.recorded is None or self.said)):
+            return
+        from ..state.rng import capture_rng
+
+        found = moved(last, capture_rng(raw=True))
+        if not view.replay:
+            if found:
+                self.drew.setdefault(view.block, set()).update(found)
+            return
+        new = sorted(found - set((self.recorded or {}).get(view.block, ())))
+        if new:
+            self.said = True
+            say("FL325", view.block,
+                f"code outside the blocks drew from the {', '.join(new)} random generator before {view.block!r} at "
+                f"epoch {view.epoch}, which the recording's code never did there (a hindsight line that samples?): a "
+                "full run of this script trains on other numbers from there, while this replay restores or "
+                "re-executes the blocks from the recording's random state; draw from a torch.Generator of your own "
+                "in hindsight code")
+
+    def noted(self) -> dict[str, list[str]]:
+        """``drew_between`` for run.json."""
+        return {block: sorted(found) for block, found in sorted(self.drew.items())}
+
+
+def recorded_draws(extra: dict[str, Any]) -> dict[str, list[str]] | None:
+    """run.json's ``drew_between`` (read from a store: strings only), or None where absent."""
+    found = extra.get("drew_between")
+    if not isinstance(found, dict):
+        return None
+    return {str(k): [g for g in v if isinstance(g, str)] for k, v in found.items() if isinstance(v, list)}
