@@ -8,7 +8,9 @@ state. ``flor.engine.restorer`` sees it where the next block is restored right a
 one; a sparse recording re-executes the blocks in between, so the replay would say nothing. The
 recording therefore notes, per block, which global generators the code before it ever drew from
 (run.json ``drew_between``); a replay that finds another one drawn before a block says so (FL325,
-a condition of the verdict). A recording without that note (older flor) is not compared.
+a condition of the verdict) once a later block's recorded random state is set (a restore, or a
+re-execution from its checkpoint): until then its re-executed blocks draw on as a full run does.
+A recording without that note (older flor) is not compared.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class DrawsProbe(Probe):
         self.recorded = recorded  # replaying: the recording's drew_between (None: not compared)
         self.drew: dict[str, set[str]] = {}
         self.last: Any = None
+        self.pending: tuple[str, int | None, list[str]] | None = None  # replaying: draws not said yet
         self.said = False
 
     def leave(self, view: View, say: Say) -> None:
@@ -63,14 +66,31 @@ class DrawsProbe(Probe):
                 self.drew.setdefault(view.block, set()).update(found)
             return
         new = sorted(found - set((self.recorded or {}).get(view.block, ())))
-        if new:
-            self.said = True
-            say("FL325", view.block,
-                f"code outside the blocks drew from the {', '.join(new)} random generator before {view.block!r} at "
-                f"epoch {view.epoch}, which the recording's code never did there (a hindsight line that samples?): a "
-                "full run of this script trains on other numbers from there, while this replay restores or "
-                "re-executes the blocks from the recording's random state; draw from a torch.Generator of your own "
-                "in hindsight code")
+        if new and self.pending is None:  # said where a block's recorded random state is then set
+            self.pending = (view.block, view.epoch, new)
+
+    def restore(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        self._said(say)
+        return []
+
+    def compare(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        self._said(say)  # re-executed from its checkpoint: it started from the recorded random state
+        return []
+
+    def _said(self, say: Say) -> None:
+        """A block restored, or re-executed from its recorded random state, after the draws: from
+        here the replay's training is the recording's, not a full run's (re-executed blocks without
+        a checkpoint draw on from where the hindsight code left the generators, as a full run does)."""
+        if self.pending is None or self.said:
+            return
+        self.said = True
+        block, epoch, new = self.pending
+        say("FL325", block,
+            f"code outside the blocks drew from the {', '.join(new)} random generator before {block!r} at epoch "
+            f"{epoch}, which the recording's code never did there (a hindsight line that samples?): a full run of "
+            "this script trains on other numbers from there, while this replay then set a block's recorded random "
+            "state (a restore or a re-execution from its checkpoint); draw from a torch.Generator of your own in "
+            "hindsight code")
 
     def noted(self) -> dict[str, list[str]]:
         """``drew_between`` for run.json."""

@@ -28,11 +28,11 @@ def test_moved_names_the_generators_drawn_from():
     assert moved(a, capture_rng(raw=True)) == {"torch", "python"}
 
 
-def _epochs(watch: Watch, draw: bool) -> None:
+def _epochs(watch: Watch, draw: bool, restored: dict | None = None) -> None:
     frame = sys._getframe()
     for epoch in range(2):
         watch.enter("train", epoch, 0, frame)
-        watch.leave(frame, ())
+        watch.leave(frame, (), restored)  # restored: {} for a block a replay restores
         if draw:
             torch.rand(1)  # code between the blocks draws
 
@@ -43,6 +43,8 @@ def test_a_replay_names_a_generator_the_recording_never_drew_between_blocks():
     assert record.noted() == {}
     said = Said()
     _epochs(Watch([DrawsProbe(record.noted())], said, replay=True), draw=True)
+    assert said == []  # the blocks after the draw re-executed without a checkpoint: as a full run draws on
+    _epochs(Watch([DrawsProbe(record.noted())], said, replay=True), draw=True, restored={})
     assert [code for code, _, _ in said] == ["FL325"] and "torch random generator before 'train'" in said[0][2]
 
 
