@@ -47,6 +47,7 @@ class DrawsProbe(Probe):
         self.drew: dict[str, set[str]] = {}
         self.last: Any = None
         self.pending: tuple[str, int | None, list[str]] | None = None  # replaying: draws not said yet
+        self.late = False  # replaying: a block's recorded state after epoch 0 was set
         self.said = False
 
     def leave(self, view: View, say: Say) -> None:
@@ -68,14 +69,21 @@ class DrawsProbe(Probe):
         new = sorted(found - set((self.recorded or {}).get(view.block, ())))
         if new and self.pending is None:  # said where a block's recorded random state is then set
             self.pending = (view.block, view.epoch, new)
+            if self.late:  # ... or was: a worker's state restored after epoch 0 is the recording's training
+                self._said(say)
 
     def restore(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
-        self._said(say)
+        self._set(view, say)
         return []
 
     def compare(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
-        self._said(say)  # re-executed from its checkpoint: it started from the recorded random state
+        self._set(view, say)  # re-executed from its checkpoint: it started from the recorded random state
         return []
+
+    def _set(self, view: View, say: Say) -> None:
+        """A block's recorded random state was set (restored, or re-executed from its checkpoint)."""
+        self.late = self.late or (view.epoch or 0) > 0  # a full run would have drawn in the epochs before
+        self._said(say)
 
     def _said(self, say: Say) -> None:
         """A block restored, or re-executed from its recorded random state, after the draws: from
