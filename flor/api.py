@@ -77,7 +77,21 @@ class SkipBlock:
     ...     x[0] += 1
     >>> SkipBlock.end(x)
     [1]
+
+    It has no instances: ``with flor.SkipBlock("train") as b:`` (the original FLOR's form) cannot
+    skip its body, since a ``with`` statement always runs it, so it fails with the form to write:
+
+    >>> SkipBlock("train")
+    Traceback (most recent call last):
+    ...
+    TypeError: flor.SkipBlock("train") is not a context manager (a `with` body cannot be skipped); write ...
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SkipBlock:
+        name = args[0] if args and isinstance(args[0], str) else kwargs.get("name", "train")
+        raise TypeError(f"flor.SkipBlock({name!r}) is not a context manager (a `with` body cannot be skipped); "
+                        f"write `if flor.SkipBlock.step_into({name!r}): ...` and after the block "
+                        "`net, opt = flor.SkipBlock.end(net, opt)`".replace("'", '"'))
 
     @staticmethod
     def step_into(name: str, probed: bool = False) -> bool:

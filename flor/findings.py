@@ -109,6 +109,9 @@ CATALOGUE: dict[str, Entry] = {
                    "values", "put the wrapper inside: `for ... in flor.it(enumerate(...))`"),
     "FL210": Entry("the loop's or a block's noted state could not be written",
                    "free the disk; a replay names the variables it cannot restore"),
+    "FL211": Entry("the block's next run reads a value its previous run bound (a prefetched batch, a carried hidden "
+                   "state) that flor cannot keep with the checkpoint (too big, or not a tensor or array)",
+                   "pass it to SkipBlock.end(..., x) and use what end() returns, or bind it anew at the block's start"),
     # -- FL3: replay ----------------------------------------------------------------------------
     "FL301": Entry("which recording this replay follows (the latest one could not be replayed, or was picked "
                    "among several)", "name the run with --flor_run RUN"),
@@ -155,6 +158,19 @@ CATALOGUE: dict[str, Entry] = {
     "FL333": Entry("flor.arg: the command line asks for another value than the recording used",
                    "record again to change it; the replay uses the recorded value"),
     "FL334": Entry("flor.arg names a hyperparameter the recording does not have", "nothing to do"),
+    "FL335": Entry("values a block carries into its next run (a prefetched batch) were set as recorded where it "
+                   "was restored", "nothing to do"),
+    "FL336": Entry("a value a block carries into its next run is not in the checkpoint restored: the next run "
+                   "starts from another value", "pass it to SkipBlock.end(..., x) and record again"),
+    "FL337": Entry("variables a block changes outside end() could not be set where a replay restored it",
+                   "pass them to SkipBlock.end and record again"),
+    "FL338": Entry("a hindsight flor.log added to the script never ran in this replay",
+                   "put it where the replayed code runs (probed=True for a block whose runs are restored)"),
+    "FL339": Entry("a block is re-executed where a checkpoint exists because the script adds flor.log inside it "
+                   "or in a function it calls (as probed=True does)", "nothing to do"),
+    "FL340": Entry("the replay writes a file the recording wrote (torch.save, open(..., 'w'), a plot): it now "
+                   "holds the replay's values, and every worker of a launch writes it",
+                   "guard the write with `if not flor.replaying():`"),
     "FL360": Entry("a tracker the script imported (MLflow, W&B, SummaryWriter) could not be quieted in this replay: "
                    "its calls may write to the tracker",
                    "guard the script's tracker calls with `if not flor.replaying():`"),

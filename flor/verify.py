@@ -13,8 +13,24 @@ from typing import Any, Callable, Collection
 from ._fmt import listed
 from .findings import code_of
 
-__all__ = ["BlockEvent", "CAUSE_CODE", "CAUSE_NONDET", "CAUSE_NOT_PASSED", "CAUSE_RNG", "CAUSE_THREADS", "Summary",
-           "compare_logs"]
+__all__ = ["BlockEvent", "CAUSE_CODE", "CAUSE_NONDET", "CAUSE_NOT_PASSED", "CAUSE_RNG", "CAUSE_THREADS", "CONDITIONS",
+           "Summary", "cause_missing", "compare_logs"]
+
+#: the findings that make a value differ from a full re-execution of the edited script (or be
+#: missing): a replay that notes one is not "verified exact", whatever it checked. Each is named
+#: with its code in the verdict line and ``summary.json`` (``conditions``), and the replay exits 3
+#: (1 where only values could not be written) unless --flor_lenient.
+CONDITIONS: dict[str, str] = {
+    "FL201": "an LR scheduler or GradScaler end() is not given was not restored",
+    "FL204": "a name the block assigns and later code reads was not restored",
+    "FL322": "outer-loop variables were not restored",
+    "FL325": "hindsight code drew from a global random generator",
+    "FL328": "code outside the blocks changed the model, unlike the recording",
+    "FL330": "logged values could not be written",
+    "FL336": "a value a block carries into its next run was not restored",
+    "FL337": "variables a block changes outside end() could not be set",
+    "FL338": "a hindsight flor.log never ran",
+}
 
 CAUSE_NOT_PASSED = "an object changed inside the block was not passed to end()"
 CAUSE_CODE = "the training code changed since the recording (the edit touches more than logging)"
@@ -33,6 +49,11 @@ class BlockEvent:
     initializing: bool = False
     tensors: list[str] = field(default_factory=list)
     cause: str | None = None
+
+
+def cause_missing(names: list[str]) -> str:
+    """The likely cause of a divergence where the replay knows it did not restore ``names``."""
+    return f"state this replay could not restore as recorded: {listed(sorted(names), 6)} (see the notes)"
 
 
 def compare_logs(recorded: list[dict], replayed: list[dict], *, key: Callable[[dict], Any],
@@ -102,11 +123,37 @@ class Summary:
             return
         if any(e.action == "diverged" for e in self.events):
             self.log_cause = "it follows from the diverged blocks above"
+        elif self.unrestored:  # what flor knows is missing comes before blaming the edit
+            self.log_cause = cause_missing(self.unrestored)
         elif code_changed:
             self.log_cause = CAUSE_CODE
         else:
             self.log_cause = ("code outside the blocks depends on state that was not passed to end(), "
                               "or on randomness drawn inside a block")
+
+    @property
+    def conditions(self) -> list[str]:
+        """The codes of ``CONDITIONS`` among the notes, in the order first noted."""
+        out: list[str] = []
+        for code in map(code_of, self.notes):
+            if code in CONDITIONS and code not in out:
+                out.append(code)
+        if self.unrestored and not {"FL201", "FL204", "FL322", "FL336", "FL337"} & set(out):
+            out.append("FL337")  # named by no note: still not exact
+        if self.outside and "FL328" not in out:
+            out.append("FL328")
+        return out
+
+    @property
+    def exit_status(self) -> int:
+        """0, or what a replay that is not exact exits with: 3, or 1 where the only condition is
+        that values could not be written (replay again to keep them)."""
+        if self.failed or self.lenient:
+            return 0
+        if self.diverged:
+            return 3
+        conditions = self.conditions
+        return 0 if not conditions else 1 if conditions == ["FL330"] else 3
 
     @property
     def diverged(self) -> bool:
@@ -127,9 +174,12 @@ class Summary:
         return out
 
     def to_json(self) -> dict:
+        conditions = self.conditions
         return {
-            "verdict": "failed" if self.failed else "diverged" if self.diverged
+            "verdict": "failed" if self.failed else "diverged" if self.diverged else "not exact" if conditions
             else "checked nothing" if self.checked_nothing else "verified exact",
+            "conditions": [{"code": c, "what": CONDITIONS[c],
+                            "notes": [n for n in self.notes if code_of(n) == c][:8]} for c in conditions],
             "counts": self.counts(), "shared_logs": self.shared_logs,
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
             "findings": sorted({c for c in map(code_of, self.notes) if c is not None}),
@@ -171,14 +221,18 @@ class Summary:
         elif self.diverged:
             status = "exit status 0 (--flor_lenient)" if self.lenient else "exit status 3 (--flor_lenient keeps 0)"
             lines.append(f"flor: replay DIVERGED: {blocks}; {logs}; {status}")
+        elif self.conditions:
+            status = "exit status 0 (--flor_lenient)" if self.lenient else \
+                f"exit status {self.exit_status} (--flor_lenient keeps 0)"
+            named = "; ".join(f"{c} {CONDITIONS[c]}" for c in self.conditions)
+            lines.append(f"flor: replay NOT EXACT: {blocks}; {logs}; {named}" + (
+                f"; not restored: {listed(self.unrestored, 8)}" if self.unrestored else "") + (
+                f"; changed outside the blocks, unlike the recording: {listed(self.outside, 2)}" if self.outside
+                else "") + f" (values may differ from a full re-execution: see the notes); {status}")
         elif self.checked_nothing:
             lines.append(f"flor: replay checked nothing: {blocks}; {logs} (no block was restored or checked "
                          "and no value logged in both record and replay: `flor show NAME` lists what the run "
                          "recorded)")
         else:
-            lines.append(f"flor: replay verified exact: {blocks}; {logs}" + (
-                f"; not restored: {listed(self.unrestored, 8)} (values read from them may differ from a full "
-                "re-execution: see the notes)" if self.unrestored else "") + (
-                f"; changed outside the blocks, unlike the recording: {listed(self.outside, 2)} (a full run of this "
-                "script trains otherwise from there: see the notes)" if self.outside else ""))
+            lines.append(f"flor: replay verified exact: {blocks}; {logs}")
         return "\n".join(lines)

@@ -63,9 +63,11 @@ class Checkpointer:
         self.record.timing("start_s", time.perf_counter() - t0)  # fixed cost too
 
     def checkpoint(self, name: str, epoch: int | None, occ: int, objs: tuple, elapsed: float,
-                   noted: dict[str, Any] | None = None) -> None:
+                   noted: dict[str, Any] | None = None, carried: dict[str, Any] | None = None) -> None:
         """Snapshot ``objs`` and the random state now, and queue their storing; ``noted``: what the
-        probes noted of this block run outside ``end()`` (``flor.watch``), kept in the manifest."""
+        probes noted of this block run outside ``end()`` (``flor.watch``), kept in the manifest;
+        ``carried``: the values its next run reads before binding (``flor.watch.carried``), kept
+        beside the objects (the manifest's ``"carried"`` tree)."""
         if self.pool is None:
             self.pool, self.packs = BufferPool(), PackIndex()
         if not self.writer.has_room(self.snapshot_bytes.get(name, 0)):  # behind: skip, never wait
@@ -79,12 +81,13 @@ class Checkpointer:
                 cache = self.trees[name] = TreeCache(memory=self.writer.budget)
             objects = snapshot(list(objs), pool=self.pool, cache=cache)
             grads = self._grads(name, epoch, objs)
+            kept = snapshot(carried, pool=self.pool) if carried else None
             rng_state, rng_start_state = capture_rng(raw=True), self.rng_start  # fresh copies: encoded on the writer
         except Exception as exc:  # noqa: BLE001 - an object flor cannot capture must not stop training
             self._failed(name, epoch, exc)
             return
         snap_s = time.perf_counter() - t0
-        nbytes = objects.nbytes + RNG_BYTES + (grads.nbytes if grads is not None else 0)
+        nbytes = objects.nbytes + RNG_BYTES + sum(p.nbytes for p in (grads, kept) if p is not None)
         self.snapshot_bytes[name] = nbytes
         trainer = getattr(self.off_cpu, "meter", None)  # this (training) thread's waits, read by the writer
         if trainer is None:
@@ -95,7 +98,7 @@ class Checkpointer:
             mark = trainer.mark()
             self._choose_charge()  # here, not in the stall
             give_turn()  # (between the steps: flor.store.writer)
-            parts = [objects] if grads is None else [objects, grads]
+            parts = [p for p in (objects, grads, kept) if p is not None]
             nogil: list[float] = []  # the hashing's CPU time: with the GIL released
             last = self.last_rng.pop(name, None)
             try:  # hashed once; large leaves written straight from the pooled buffers, small ones in one
@@ -126,7 +129,7 @@ class Checkpointer:
             if noted:
                 head["watch"] = noted
             give_turn()
-            data, rng_text = self._sealed_manifest(head, objects, rng, start, grads, nbytes=nbytes,
+            data, rng_text = self._sealed_manifest(head, objects, rng, start, grads, kept, nbytes=nbytes,
                                                    new_bytes=new_bytes, block_s=elapsed, snapshot_s=snap_s)
             # its blobs are durable: rng_start may point at them
             self.last_rng[name] = (rng_state, (rng.tree, rng_text))
@@ -196,7 +199,8 @@ class Checkpointer:
             return None
 
     def _sealed_manifest(self, head: dict, objects: Any, rng: Any, start: tuple[Any, str | None], grads: Any = None,
-                         *, nbytes: int, new_bytes: int, block_s: float, snapshot_s: float) -> tuple[bytes, str]:
+                         carried: Any = None, *, nbytes: int, new_bytes: int, block_s: float,
+                         snapshot_s: float) -> tuple[bytes, str]:
         """The manifest file of a checkpoint whose blobs are stored, and its RNG tree's text: each
         state tree serialized once, for the state digest, the checksum and the file
         (``sealed_bytes``); an HMAC with the user's key where a leaf is pickled
@@ -208,6 +212,8 @@ class Checkpointer:
                 "rng_start": start_text or canonical_json(start_tree)}
         if grads is not None:  # "grads": outside the state digest (a re-executed block's are not compared)
             trees["grads"], done["grads"] = grads.tree, grads.canonical()
+        if carried is not None:  # the values the block's next run reads first (flor.watch.carried)
+            trees["carried"], done["carried"] = carried.tree, carried.canonical()
         manifest = {
             "format": FORMAT, **head, **trees,
             "digest": state_digest({**done, **({"watch": canonical_json(head["watch"])} if "watch" in head else {})}),

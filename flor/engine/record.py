@@ -28,6 +28,8 @@ from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
 from ..store.trust import sign_run, sign_trackers
 from ..watch.attributes import ModuleAttrProbe
+from ..watch.carried import CarriedProbe
+from ..watch.draws import DrawsProbe
 from ..watch.frames import caller_frame, left_normally
 from ..watch.grads import GradProbe
 from ..watch.loop import LoopState, StateFile
@@ -38,12 +40,16 @@ from ..watch.reachable import ContainerProbe, GeneratorProbe, SchedulerProbe
 from ..watch.variables import VariablesProbe
 from .checkpointer import Checkpointer
 from .ddp import RankLink
+from .effects import FileWrites
 from .exits import watch_exits
 from .runrecord import LEFT_OPEN, RunRecord
 from .session import Session, as_result, copy_source, new_run_id, source_sha
 from .trackers import seen
 
-__all__ = ["RecordSession"]
+__all__ = ["META_EVERY_S", "RecordSession"]
+
+#: the longest run.json waits after an epoch that took no checkpoint
+META_EVERY_S = 0.5
 
 
 class RecordSession(Session):
@@ -103,10 +109,14 @@ class RecordSession(Session):
         self.loop_started: float | None = None
         self.epoch_blocks: list[list] = []
         self.due = False  # whether the open block's run is checkpointed (decided at its step_into)
+        self.saved = False  # whether a block of this epoch was checkpointed: run.json is written at its end
+        self.meta_written = 0.0  # when run.json was last written (perf_counter)
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
-        self.watch = Watch([VariablesProbe(), OutsideProbe(), SchedulerProbe(), GeneratorProbe(), ContainerProbe(),
-                            NamesProbe(), ModuleAttrProbe(), GradProbe(self._grads_carried)], self.warn_once)
+        self.draws = DrawsProbe()  # run.json drew_between: what the code between blocks draws (flor.watch.draws)
+        self.watch = Watch([VariablesProbe(), CarriedProbe(), OutsideProbe(), SchedulerProbe(), GeneratorProbe(),
+                            ContainerProbe(), NamesProbe(), ModuleAttrProbe(), GradProbe(self._grads_carried),
+                            self.draws], self.warn_once)
         self.state_file = StateFile(self.layout.state)  # the loop's variables, changes outside the blocks
         self.loop_state: LoopState | None = None
         self.passed_ids: set[int] = set()  # given to end() this epoch: the loop state does not name them
@@ -117,11 +127,14 @@ class RecordSession(Session):
             self.meta.world_size = self.ranks.world
             self.ranks.agree_run(self.run)
         self.tee_output(self.layout.stdout)
+        # files the script writes itself: a replay that writes one again says so (flor.engine.effects)
+        self.writes = FileWrites([settings.home, settings.config_dir])
         self.exits = watch_exits(sys._getframe())  # the status of a sys.exit(n) / SystemExit(n) (flor.engine.exits)
         self._install_hooks()
 
     def write_meta(self, *, durable: bool = False) -> bool:
         """Write run.json (``RunRecord.write``): True if written."""
+        self.meta_written = time.perf_counter()
         return self.record.write(durable=durable)
 
     def _grads_carried(self, name: str) -> None:
@@ -227,7 +240,12 @@ class RecordSession(Session):
         policy = self.checkpoints.policy
         self._observe_watch()
         self.meta.checkpoint_policy = policy.describe()
-        self.write_meta()
+        # after an epoch with a checkpoint (a replay restores from it), else at most every META_EVERY_S: a
+        # loop of short epochs (a block per iteration, docs/loops.md) does not pay a file rename each (9 ms
+        # here); a kill -9 loses at most that much of epochs_done, a normal end writes it all
+        if self.saved or time.perf_counter() - self.meta_written >= META_EVERY_S:
+            self.write_meta()
+        self.saved = False
         if self.spool is not None:
             try:
                 self.spool.sync()
@@ -246,7 +264,8 @@ class RecordSession(Session):
         self._observe_watch()
         self.due = policy.due(name, epoch, elapsed=training_s)
         self.watch.enter(name, epoch, occ, caller_frame(), note=self.due)  # what the block starts from
-        self.checkpoints.block_started()
+        if self.due:  # the RNG state it starts from goes into its checkpoint only
+            self.checkpoints.block_started()
         return True
 
     def _observe_watch(self) -> None:
@@ -271,6 +290,7 @@ class RecordSession(Session):
         elapsed = time.perf_counter() - self.block_started
         noted, _ = self.watch.leave(caller_frame(), objs)  # kept in the checkpoint: a restore sets them
         outside = noted.pop("outside", None)
+        carried = noted.pop("carried", None)  # tensors: kept beside the objects, not in the manifest's "watch"
         if outside:  # in-place changes since the last end(), compared by a replay at every block run
             self.state_file.write(epoch, {"block": name, "occ": occ, "outside": outside})
         self.meta.timings["block_vars_s"] = round(self.watch.seconds, 6)
@@ -284,7 +304,8 @@ class RecordSession(Session):
         if self.ranks is not None:  # every rank fingerprints the same blocks; rank 0 notes who differs
             self.ranks.check(name, epoch, objs, self.meta)
         if self.due:
-            self.checkpoints.checkpoint(name, epoch, occ, objs, elapsed, noted)
+            self.saved = True
+            self.checkpoints.checkpoint(name, epoch, occ, objs, elapsed, noted, carried)
         return as_result(objs)
 
     def settle(self) -> None:
@@ -343,6 +364,10 @@ class RecordSession(Session):
                        "the nearest checkpoint"
         ended = self.exits.outcome() if self.exit_error is None else None
         self.exits.uninstall()
+        self.writes.close()
+        if self.writes.paths:
+            self.meta.extra["files_written"] = list(self.writes.paths)
+        self.meta.extra["drew_between"] = self.draws.noted()
         self.record.finish(self.exit_error, getattr(self, "terminated_by", None), ended)
         # a block left open (an exception past its end(): the script's, already reported) is not
         # a checkpoint that failed, and a run that crashed was affected: said by its warning only

@@ -27,6 +27,8 @@ from ..state.describe import arity_message
 from ..store.layout import RunLayout
 from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
 from ..verify import BlockEvent, Summary
+from ..watch.carried import CarriedProbe
+from ..watch.draws import DrawsProbe, recorded_draws
 from ..watch.frames import caller_frame, left_normally
 from ..watch.loop import LoopState, State, read_state
 from ..watch.names import NamesProbe
@@ -35,6 +37,7 @@ from ..watch.probe import Watch
 from ..watch.reachable import SchedulerProbe
 from ..watch.variables import VariablesProbe
 from .ddp import check_replay_world, shared_replay_id
+from .effects import FileWrites, recorded_writes
 from .restorer import Restorer, with_spool
 from .script import compare_script, script_sha256
 from .session import Session, as_result
@@ -75,7 +78,8 @@ class ReplaySession(Session):
         self.notes: list[str] = []
         self.checkpoints = Restorer(self.store, self.run, self.meta, settings, self.note)
         # the script's state outside end() (flor.watch): set as recorded where a block is restored
-        self.watch = Watch([VariablesProbe(), SchedulerProbe(), NamesProbe(), OutsideProbe()],
+        self.watch = Watch([VariablesProbe(), CarriedProbe(), SchedulerProbe(), NamesProbe(), OutsideProbe(),
+                            DrawsProbe(recorded_draws(self.meta.extra))],
                            lambda code, subject, text: self.note(code, text), replay=True)
         self._state: State | None = None  # logs/state.jsonl, read when first needed
         if picked:
@@ -108,8 +112,11 @@ class ReplaySession(Session):
             self.note("FL306", f"using {recorded_threads} torch threads as recorded (this process had "
                       f"{torch.get_num_threads()}), so that results are bit-identical")
             torch.set_num_threads(int(recorded_threads))
-        self.checkpoints.code_changed = compare_script(self.meta, self.run_dir, self.note)
+        self.checkpoints.code_changed, self.new_logs = compare_script(self.meta, self.run_dir, self.note)
+        # a hindsight flor.log in a block, or in a function it calls: its runs are re-executed, as probed=True
+        self.log_blocks = {block: log for log in reversed(self.new_logs) for block in log.blocks}
         self.summary = Summary(header="")
+        self.writes = FileWrites([settings.home, settings.config_dir], recorded_writes(self.meta.extra), self._rewrote)
         self._install_hooks()
 
     @property
@@ -226,6 +233,7 @@ class ReplaySession(Session):
                 self.epoch, self.initializing = epoch, epoch < plan.segment.start
                 self.mark("epoch", epoch, init=self.initializing)
                 if epoch == plan.first and epoch > 0:
+                    self.checkpoints.rng_exact = False  # the epochs skipped before drew: no FL325 from them
                     self._restore_outer(epoch - 1)
                     if self.loop_wrapper in WRONG_MID_RUN:  # what it counts or pairs starts here, not at 0
                         self.summary.loop.append(f"loop: {wrapper_advice(self.loop_wrapper)}, or replay with "
@@ -263,6 +271,11 @@ class ReplaySession(Session):
 
     def step_into(self, name: str, probed: bool) -> bool:
         _, epoch, occ = self.open_block(name)
+        if not probed and name in self.log_blocks:
+            probed = True
+            log = self.log_blocks[name]
+            self.note("FL339", f"block {name!r} is re-executed where a checkpoint exists, as probed=True does: the "
+                      f"script adds {log.call()} at {log.where()}, which its runs execute")
         self.checkpoints.check_recorded(name, epoch, occ)
         # what code since the last end() changed in place where the recording's did not (flor.watch.outside)
         recorded = {"outside": self._read_state().outside.get((epoch, name, occ), {})}
@@ -299,6 +312,12 @@ class ReplaySession(Session):
         self.pending = (action, manifest, cache)
         return action == "execute"
 
+    def _rewrote(self, path: str) -> None:
+        """The script writes a file the recording wrote (flor.engine.effects): said once a path."""
+        self.note("FL340", f"this replay writes {path}, which the recording wrote too (torch.save, open(..., 'w'), "
+                  "a plot): it now holds what the replay's order of epochs left there, and every worker of a launch "
+                  "writes it; guard the write with `if not flor.replaying():`")
+
     def _read_state(self) -> State:
         """``logs/state.jsonl``: the loop's variables by epoch, the changes outside the blocks (read once)."""
         if self._state is None:
@@ -307,7 +326,7 @@ class ReplaySession(Session):
 
     def _unrestored(self, names: list[str]) -> None:
         """State this replay knows it did not set as a full run has it, for the verdict."""
-        self.summary.unrestored = sorted(set(self.summary.unrestored) | set(names))
+        self.summary.unrestored = self.checkpoints.missing = sorted(set(self.summary.unrestored) | set(names))
 
     def left_open(self, key: tuple[str, int | None, int]) -> None:
         """An exception (or ``continue``) skipped the block's ``end``, as it did in the recording,
@@ -332,7 +351,8 @@ class ReplaySession(Session):
         if action == "restore":
             assert manifest is not None and cache is not None  # step_into fetched both to restore
             objs = cp.restore(manifest, cache, objs)
-            restored = manifest.get("watch", {})  # set as recorded: the block's variables outside end()
+            # set as recorded: the block's variables outside end(), the values its next run reads first
+            restored = {**manifest.get("watch", {}), "carried_values": cp.carried}
         elif manifest is None:
             event.action = "executed (no checkpoint)"
             cp.rng_exact = False
@@ -364,6 +384,7 @@ class ReplaySession(Session):
         if self._closed:
             return
         self._closed = True
+        self.writes.close()
         self.mark("end", worker=self.pid, ngpus=self.ngpus)
         self.logs.flush()
         records = read_run_logs(self.run_dir, self.run)
@@ -382,6 +403,13 @@ class ReplaySession(Session):
                                 int(self.meta.epochs_done or 0))
         except OSError as exc:
             print(f"flor: FL331 could not write TensorBoard events: {exc}", file=sys.stderr)
+        if self.new_logs and self.ngpus == 1 and not self.settings.epoch_range and self.exit_error is None:
+            ran = {r["name"] for r in mine}  # a whole replay: a new log that wrote nothing never ran
+            for log in self.new_logs:
+                if log.name is not None and log.name not in ran:
+                    self.note("FL338", f"the hindsight {log.call()} at {log.where()} never ran in this replay, so "
+                              "its values are missing; move it where the replayed code runs (inside a block, or "
+                              "after end()) or pass probed=True to the block that runs it")
         s = self.summary
         if not s.header:
             s.header = (f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, "
@@ -414,7 +442,7 @@ class ReplaySession(Session):
             spool_files(self.store, self.settings.spool, keys)
         if self.settings.export:
             self._export()
-        if s.diverged and not self.settings.lenient and self.exit_error is None:
+        if s.exit_status and self.exit_error is None:  # diverged, or a condition of CONDITIONS: not exact
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(3)
+            os._exit(s.exit_status)

@@ -13,7 +13,7 @@ from ..settings import Settings
 from ..store import ExperimentStore
 from ..store.experiment import blob_hashes
 from ..store.runmeta import RunMeta
-from ..verify import CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent
+from ..verify import CAUSE_CODE, CAUSE_NONDET, CAUSE_NOT_PASSED, CAUSE_RNG, BlockEvent, cause_missing
 
 __all__ = ["Restorer"]
 
@@ -30,10 +30,12 @@ class Restorer:
         self.available = set(store.manifests(run))
         self.plan: ReplayPlan | None = None
         self.code_changed = False  # the script changed by more than logging: the likely cause of a divergence
+        self.missing: list[str] = []  # state this replay knows it did not restore: a likelier cause
         self.anchored = True
         self.from_restore = False
         self.rng_exact = False
         self.io = {"load_s": 0.0, "restore_s": 0.0, "restore_bytes": 0}  # for the benchmarks
+        self.carried: dict[str, Any] = {}  # of the last restore: the values its block carries (flor.watch.carried)
         self._sound: set[tuple] = set()  # manifests read and found intact (``drop_damaged``)
         self._prefetched: dict[tuple, Any] = {}
         self._reader: Any = None
@@ -126,10 +128,22 @@ class Restorer:
         differs = self._rng_start_differs(manifest)
         if differs:
             restore_rng(self._recorded_rng(manifest, "rng_start"))
-            if not self._rng_noted:
+            differs = [g for g in differs if g in self._drawn_in(manifest)]  # one the block never drew from: moot
+            if differs and not self._rng_noted:
                 self._rng_noted = True
                 self.note("FL324", f"the {', '.join(differs)} random state at the start of {name!r} (epoch {epoch}) "
                           "differed from the recording (is that generator seeded?); flor set it as recorded")
+
+    @staticmethod
+    def _drawn_in(manifest: dict) -> set[str]:
+        """The global generators the recorded block drew from (its ``rng_start`` against its ``rng``):
+        one it never drew from (NumPy's in a torch script, unseeded) makes no value differ."""
+        from ..state import diff_nodes
+
+        try:
+            return {p.split(".")[0].split("[")[0] for p in diff_nodes(manifest["rng_start"], manifest["rng"])}
+        except Exception:  # noqa: BLE001 - a tree of another shape: every generator counts
+            return {"python", "numpy", "torch", "cuda"}
 
     def _rng_start_differs(self, manifest: dict) -> list[str]:
         """The global generators whose state now is not the one the block started from when recorded."""
@@ -148,7 +162,7 @@ class Restorer:
         full run of the edited script's: said once, as a note and in the verdict's cause."""
         if self._outside_noted or "rng_start" not in manifest:
             return
-        differs = self._rng_start_differs(manifest)
+        differs = [g for g in self._rng_start_differs(manifest) if g in self._drawn_in(manifest)]
         if differs:
             self._outside_noted = True
             self.note("FL325", f"code outside the blocks drew from the {', '.join(differs)} random generator before "
@@ -220,6 +234,12 @@ class Restorer:
                              "optimizer re-created at some epoch), replay with --flor_strong") from exc
         if "grads" in manifest:  # the block adds to them in its next run (flor.state.grads)
             restore_grads(restored, manifest["grads"], cache.__getitem__)
+        self.carried = {}  # the values its next run reads first (flor.watch.carried), set by the probe
+        if "carried" in manifest:
+            from ..state.decode import decode
+
+            found = decode(manifest["carried"], cache.__getitem__, to_device=True, path="carried")
+            self.carried = found if isinstance(found, dict) else {}
         self.io["restore_s"] += time.perf_counter() - t0
         self.anchored = self.from_restore = self.rng_exact = True
         return tuple(restored)
@@ -239,7 +259,9 @@ class Restorer:
             self.rng_exact = True
             return objs, event
         event.action, event.tensors = "diverged", diffs + rng_diffs
-        if self.code_changed:
+        if self.missing:  # state flor knows it did not restore: named before the edit is blamed
+            event.cause = cause_missing(self.missing)
+        elif self.code_changed:
             event.cause = CAUSE_CODE
         elif not diffs:
             event.cause = CAUSE_RNG
@@ -255,7 +277,8 @@ class Restorer:
         what the recording's run noted: diverged like its objects (they are left as re-executed)."""
         if event.action != "diverged":
             event.action, event.tensors = "diverged", []
-            event.cause = CAUSE_CODE if self.code_changed else CAUSE_NONDET
+            event.cause = cause_missing(self.missing) if self.missing else CAUSE_CODE if self.code_changed \
+                else CAUSE_NONDET
         event.tensors = list(event.tensors) + names
         return event
 

@@ -11,15 +11,17 @@ from typing import Callable
 from .._files import read_bytes
 from ..redact import redact_argv
 from ..source.edits import non_logging_changes
+from ..source.hindsight import NewLog, new_logs
 from ..store.runmeta import RunMeta
 
 __all__ = ["compare_script", "script_sha256"]
 
 
-def compare_script(meta: RunMeta, run_dir: Path, note: Callable[[str, str], None]) -> bool:
+def compare_script(meta: RunMeta, run_dir: Path, note: Callable[[str, str], None]) -> tuple[bool, list[NewLog]]:
     """Say how the script this process runs (``sys.argv``) differs from the recording's copy in
-    ``run_dir/source``; True when it changed by more than logging (the likely cause of a divergence)."""
-    changed = False
+    ``run_dir/source``: whether it changed by more than logging (the likely cause of a divergence),
+    and the ``flor.log`` calls it adds (``flor.source.hindsight.new_logs``)."""
+    changed, logs = False, []
     current = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     copy = run_dir / "source" / Path(meta.script).name if meta.script else None
     if copy is not None and current is not None and current.is_file() and copy.is_file():
@@ -35,8 +37,10 @@ def compare_script(meta: RunMeta, run_dir: Path, note: Callable[[str, str], None
                  "differs: damaged, or cut short by a full disk); the script's changes since the recording are not "
                  "checked")
             data = None
-        if data is not None and non_logging_changes(data.decode("utf-8", "replace"),
-                                                    current.read_text(errors="replace")):
+        text = current.read_text(errors="replace") if data is not None else ""
+        if data is not None:
+            logs = new_logs(data.decode("utf-8", "replace"), text)
+        if data is not None and non_logging_changes(data.decode("utf-8", "replace"), text):
             changed = True
             note("FL309", "the script changed by more than logging since the recording "
                  f"(compare with {copy}); replayed values may differ from the recording")
@@ -44,7 +48,7 @@ def compare_script(meta: RunMeta, run_dir: Path, note: Callable[[str, str], None
     now_args = redact_argv(list(sys.argv))[1:]
     if rec_args != now_args:
         note("FL310", f"the script's arguments differ from the recording: recorded {rec_args}, now {now_args}")
-    return changed
+    return changed, logs
 
 
 def script_sha256() -> str | None:

@@ -26,7 +26,7 @@ __all__ = ["WorkerOutput", "read_lines"]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # the end of a tqdm bar: "| 4/8 [00:01<00:01, 3.9it/s]" or "5it [00:00, 82.4it/s, loss=0.3]"
 _BAR = re.compile(r"^.*\[\d+:\d\d(?::\d\d)?(?:<[^\],]*)?, [^\]]*\]")
-_SUMMARY_END = re.compile(r"^flor: replay (verified exact|checked nothing|DIVERGED|FAILED)\b")
+_SUMMARY_END = re.compile(r"^flor: replay (verified exact|checked nothing|NOT EXACT|DIVERGED|FAILED)\b")
 
 
 def read_lines(stream: IO[bytes]) -> Iterator[str]:

@@ -117,6 +117,140 @@ def stale_names(tree: ast.Module, into_line: int, end_line: int) -> set[str]:
     return set()
 
 
+def _flow(stmts: list[ast.stmt]) -> tuple[set[str], set[str]]:
+    """``(read first, bound)`` of the statements: the names they may read before they bind them,
+    and those they bind. Unlike ``_read_first``, what a ``for``, ``while`` or ``with`` body binds
+    counts as bound after it (a training loop's body runs), and an ``if`` binds what both its
+    branches bind: this is how a block's next run reads (``carried_names``)."""
+    read: set[str] = set()
+    bound: set[str] = set()
+    for s in stmts:
+        if isinstance(s, (ast.For, ast.AsyncFor)):
+            targets = _names(s.target, ast.Store)
+            r, b = _flow(s.body)
+            loads, binds = _names(s.iter, ast.Load) | (r - targets), targets | b
+        elif isinstance(s, ast.While):
+            r, b = _flow(s.body)
+            loads, binds = _names(s.test, ast.Load) | r, b
+        elif isinstance(s, ast.If):
+            if _guarded(s.test):
+                loads, binds = set(), set()
+            else:
+                (r1, b1), (r2, b2) = _flow(s.body), _flow(s.orelse)
+                loads, binds = _names(s.test, ast.Load) | r1 | r2, b1 & b2
+        elif isinstance(s, (ast.With, ast.AsyncWith)):
+            targets = _names([i.optional_vars for i in s.items if i.optional_vars is not None], ast.Store)
+            r, b = _flow(s.body)
+            loads, binds = _names([i.context_expr for i in s.items], ast.Load) | (r - targets), targets | b
+        elif isinstance(s, ast.Try):
+            r, b = _flow(s.body)
+            loads, binds = r | _names(list(s.handlers) + s.orelse + s.finalbody, ast.Load), b
+        elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            loads, binds = _names(s.decorator_list, ast.Load), {s.name}
+        else:
+            loads, binds = _names(s, ast.Load), _names(s, ast.Store)
+            if isinstance(s, ast.AugAssign):  # `x += 1` reads x first
+                loads |= binds
+        read |= loads - bound
+        bound |= binds
+    return read, bound
+
+
+def _block(tree: ast.Module, into_line: int) -> tuple[list[ast.stmt], int] | None:
+    """The statements holding the ``if`` whose test calls ``step_into`` at ``into_line``, and its index."""
+    for stmts in _bodies(tree):
+        for i, s in enumerate(stmts):
+            if isinstance(s, ast.If) and s.test.lineno <= into_line <= (s.test.end_lineno or s.test.lineno):
+                return stmts, i
+    return None
+
+
+def carried_names(tree: ast.Module, into_line: int, end_line: int) -> set[str]:
+    """Names a block's run binds that its next run reads before binding them (a prefetched batch,
+    ``X, Y = get_batch()`` at the end of an iteration; a hidden state carried across chunks), that
+    the statement calling ``end()`` at ``end_line`` (a sibling of the block's ``if``) is neither
+    given nor assigns. Empty when the two are not siblings.
+
+    >>> src = '''
+    ... X = get_batch()
+    ... for epoch in flor.it(range(3)):
+    ...     if flor.SkipBlock.step_into("train"):
+    ...         for it in range(10):
+    ...             loss = model(X)
+    ...             X = get_batch()
+    ...             checkpoint = {"model": model.state_dict()}
+    ...         print(loss)
+    ...     model = flor.SkipBlock.end(model)
+    ... '''
+    >>> sorted(carried_names(ast.parse(src), 4, 10))
+    ['X']
+    """
+    found = _block(tree, into_line)
+    if found is None:
+        return set()
+    stmts, i = found
+    block = stmts[i]
+    assert isinstance(block, ast.If)
+    for end in stmts[i + 1:]:
+        if end.lineno <= end_line <= (end.end_lineno or end.lineno):
+            read, _ = _flow(block.body)
+            return (read & _names(block.body, ast.Store)) - _names(end, ast.Load) - _names(end, ast.Store)
+    return set()
+
+
+def _loads_outside(tree: ast.Module, node: ast.AST) -> set[str]:
+    """Names read anywhere in the script (in its functions too) but inside ``node``."""
+    inside = {id(n) for n in ast.walk(node)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+            and id(n) not in inside}
+
+
+def unread_outside(tree: ast.Module, into_line: int, names: Iterable[str]) -> set[str]:
+    """Those of ``names`` that nothing outside the block at ``into_line`` reads and that the block
+    binds before it reads them (nanoGPT's ``checkpoint`` dict, built for ``torch.save`` inside
+    the block): not state, whatever they hold. Empty when the block is not found.
+
+    >>> src = '''
+    ... checkpoint = None
+    ... for epoch in flor.it(range(3)):
+    ...     if flor.SkipBlock.step_into("train"):
+    ...         checkpoint = {"model": model.state_dict()}
+    ...         torch.save(checkpoint, "ckpt.pt")
+    ...     model = flor.SkipBlock.end(model)
+    ... '''
+    >>> sorted(unread_outside(ast.parse(src), 4, ["checkpoint", "model"]))
+    ['checkpoint']
+    """
+    found = _block(tree, into_line)
+    if found is None:
+        return set()
+    block = found[0][found[1]]
+    assert isinstance(block, ast.If)
+    return set(names) - _flow(block.body)[0] - _loads_outside(tree, block)
+
+
+def _calls(node: ast.AST, name: str) -> bool:
+    return any(isinstance(c, ast.Call) and _called(c) == name for c in ast.walk(node))
+
+
+def loop_names(tree: ast.Module, line: int) -> tuple[set[str], set[str]] | None:
+    """``(live, carried)`` for the ``for`` loop over ``flor.it`` at ``line``: the names its body may
+    read before binding them or code outside it reads (what the next epoch needs), and the names
+    its blocks carry into their next run (``carried_names``: a block's checkpoint holds them).
+    None when no such loop is found."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor)) and node.lineno <= line <= (node.iter.end_lineno or line):
+            live = _flow(node.body)[0] | _loads_outside(tree, node)
+            carried: set[str] = set()
+            for i, s in enumerate(node.body):
+                if isinstance(s, ast.If) and _calls(s.test, "step_into"):
+                    end = next((e for e in node.body[i + 1:] if _calls(e, "end")), None)
+                    if end is not None:
+                        carried |= carried_names(tree, s.test.lineno, end.lineno)
+            return live, carried
+    return None
+
+
 _TREES: dict[str, ast.Module | None] = {}
 
 

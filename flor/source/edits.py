@@ -107,9 +107,12 @@ class _StripLogging(ast.NodeTransformer):
     ``removed`` collects the dropped logging code, so that assignments feeding only it can go too.
     """
 
-    def __init__(self, drop: set[str] | frozenset[str] = frozenset()) -> None:
+    def __init__(self, drop: set[str] | frozenset[str] = frozenset(), *, keep_calls: bool = False) -> None:
         self.drop = drop  # names assigned only for logging (found by an earlier pass)
         self.removed: list[ast.AST] = []
+        #: an assignment of a call's result to a name only logging reads keeps the call
+        #: (``gn = clip_grad_norm_(...)`` where the recording called ``clip_grad_norm_(...)``)
+        self.keep_calls = keep_calls
 
     def visit_Expr(self, node: ast.Expr) -> Any:
         if is_logging_call(node.value):
@@ -129,10 +132,22 @@ class _StripLogging(ast.NodeTransformer):
         names = assigned(node)
         if names and names <= self.drop:
             self.removed.append(node)
+            value = getattr(node, "value", None)
+            if self.keep_calls and isinstance(node, ast.Assign) and isinstance(value, ast.Call):
+                return self.visit(ast.Expr(value))
             return None
         return self.generic_visit(node)
 
     visit_Assign = visit_AnnAssign = visit_AugAssign = visit_Import = visit_ImportFrom = _assignment
+
+    def _function(self, node: Any) -> Any:
+        """A function only logging calls (``def grad_norm(model): ...`` for a ``flor.log``) goes too."""
+        if node.name in self.drop:
+            self.removed.append(node)
+            return None
+        return self.generic_visit(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
 
     def _compound(self, node: Any) -> Any:
         """An ``if``/``with``/``for`` whose body was all logging goes with it."""
@@ -158,6 +173,8 @@ def logging_only_names(tree: ast.Module) -> set[str]:
         feeds_logs = _loaded(stripper.removed) - _loaded([kept])
         more = {n for node in ast.walk(kept) if isinstance(node, ast.stmt)
                 for n in (assigned(node) or ()) if n in feeds_logs}
+        more |= {node.name for node in ast.walk(kept) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.name in feeds_logs and not node.decorator_list}
         if more <= drop:
             return drop
         drop |= more
@@ -177,6 +194,10 @@ def non_logging_changes(recorded: str, current: str) -> bool:
 
     >>> non_logging_changes("x = f()", "x = f()\\ngn = norm(x)\\nprint(gn)")
     False
+    >>> non_logging_changes("clip(p)", "gn = clip(p)\\nflor.log('gn', gn)")  # the recording's call, its result kept
+    False
+    >>> non_logging_changes("x = f()", "def norm(v):\\n    return v.norm()\\nx = f()\\nflor.log('n', norm(x))")
+    False
     >>> non_logging_changes("x = f()", "x = g()")
     True
     """
@@ -186,4 +207,8 @@ def non_logging_changes(recorded: str, current: str) -> bool:
         return recorded != current
     # one set for both: a value that only feeds a log in one version goes in the other one too
     drop = logging_only_names(a) | logging_only_names(b)
-    return ast.dump(_StripLogging(drop).visit(a)) != ast.dump(_StripLogging(drop).visit(b))
+    if ast.dump(_StripLogging(drop).visit(_copy(a))) == ast.dump(_StripLogging(drop).visit(_copy(b))):
+        return False
+    # a call whose result the edit keeps for a log: the call stays, as the recording made it
+    keep = [ast.dump(_StripLogging(drop, keep_calls=True).visit(t)) for t in (a, b)]
+    return keep[0] != keep[1]

@@ -18,6 +18,9 @@ fix (pass it to ``end()``), a generator or tensor past a bound is simply not wat
 ``reach``          3        references from a variable to a random generator
                             (``loaders['train'].sampler.generator``)
 ``reach_items``    32       items of a list, tuple or dict looked at on the way
+``carried``        64 MiB   bytes of the tensors and arrays a block run carries into its next
+                            (a prefetched batch: nanoGPT's ``X, Y``), kept with its checkpoint
+                            (``flor.watch.carried``); more is named with the fix (FL211)
 =================  =======  ===================================================================
 """
 
@@ -40,6 +43,7 @@ class Limits:
     attr_depth: int = 2
     reach: int = 3
     reach_items: int = 32
+    carried: int = 64 * 2**20
 
 
 LIMITS = Limits()

@@ -43,6 +43,7 @@ from typing import Any, Collection, Iterable, NamedTuple
 from .._files import StoreFileError, open_append, read_text
 from .._fmt import listed
 from ..errors import ReplayError
+from ..source.blocks import loop_names, script_tree
 from .frames import (CO_OPTIMIZED, NUMBERS, identity_and_size, maybe_scalar, plain_now, same_key, scalar_like,
                      skipped_name, state_like, loop_targets)
 from .limits import LIMITS
@@ -156,14 +157,15 @@ class LoopFrame:
         if (was is not None and identity_and_size(value) != was) or name in self.initial:
             self.changed.add(name)
 
-    def restore(self, values: dict[str, Any]) -> list[str]:
-        """Write ``values`` into the frame; return the names that could not be written."""
+    def restore(self, values: dict[str, Any], *, replace: bool = False) -> list[str]:
+        """Write ``values`` into the frame; return the names that could not be written. ``replace``:
+        also over what is not plain data now (a carried batch: ``flor.watch.carried``)."""
         frame = self.frame
         if frame is None or not values:
             return []
         current = self.variables()
         # a name the script now binds to something that is not plain data is left alone
-        values = {k: v for k, v in values.items() if k not in current or plain_now(current[k])}
+        values = {k: v for k, v in values.items() if replace or k not in current or plain_now(current[k])}
         if not self.function:
             frame.f_globals.update(values)
             return []
@@ -333,6 +335,7 @@ class LoopState:
                 except (ValueError, TypeError, AttributeError):
                     missing.append(str(name))
             missing += loop.restore(values)
+            missing = needed(loop.frame, missing)
             restored = sorted(set(values) - set(missing))
             if restored:
                 say("FL320", "set", f"outer-loop variables restored as recorded at the end of epoch {after}: "
@@ -351,3 +354,20 @@ class LoopState:
                 raise ReplayError(text + " (--flor_strict)")
             say("FL322", None, text)
         return restored, sorted(set(missing))
+
+
+def needed(frame: FrameType | None, names: list[str]) -> list[str]:
+    """Those of ``names`` (the loop's variables a worker cannot restore) that the next epoch may
+    need: read by the loop's body before it binds them, or by code outside the loop, and not
+    carried by a block (its checkpoint holds them: ``flor.watch.carried``). A variable bound in
+    a block and read only there after binding (nanoGPT's ``checkpoint`` dict) is not state. All
+    of them where the script's source cannot be read. Never raises."""
+    try:
+        tree = script_tree(frame) if frame is not None else None
+        found = loop_names(tree, frame.f_lineno) if tree is not None and frame is not None else None
+    except Exception:  # noqa: BLE001 - advice only: every name stays
+        found = None
+    if found is None:
+        return names
+    live, carried = found
+    return [name for name in names if name in live and name not in carried]

@@ -10,6 +10,7 @@ from typing import Any, Collection
 
 from .._fmt import listed
 from .attributes import object_attrs, restore_attrs
+from .carried import not_state
 from .frames import (CO_OPTIMIZED, changed_entries, compare_keys, given_ids, global_names, holds_state, own_object,
                      plain_now, skipped_name)
 from .loop import LoopFrame
@@ -190,8 +191,12 @@ class VariablesProbe(Probe):
         self.vars = BlockVars()
         self.restored: set[str] = set()  # blocks whose restore a note named
         self.ever: dict[str, set[str]] = {}  # block -> the variables and globals noted at any of its runs
+        self.sites: dict[str, tuple[str, int] | None] = {}  # block -> where it is entered (``not_state``)
 
     def enter(self, view: View, say: Say) -> None:
+        if view.block not in self.sites:
+            frame = view.frame
+            self.sites[view.block] = None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
         if not view.replay and view.note:
             self.vars.enter(view.block, view.frame)
 
@@ -199,6 +204,9 @@ class VariablesProbe(Probe):
         if view.replay or not view.note:
             return
         changed, more, lost = self.vars.leave(view.block, view.objs, view.given)
+        if lost:  # bound in the block before it reads it, and read nowhere else: not state (a dict for torch.save)
+            dead = not_state(self.sites.get(view.block), view.frame, [var for var, _ in lost])
+            lost = [(var, what) for var, what in lost if var not in dead]
         if changed:
             view.noted["vars"] = changed
         view.noted.update(more)
@@ -272,6 +280,6 @@ class VariablesProbe(Probe):
                 say("FL326", (view.block, "set"), f"variables block {view.block!r} changes outside end() are set as "
                     f"recorded where it is restored: {listed(done, 12)}")
             if missing:
-                say("FL326", (view.block, "left"), f"variables block {view.block!r} changes outside end() that could "
+                say("FL337", (view.block, "left"), f"variables block {view.block!r} changes outside end() that could "
                     f"not be set where it is restored: {listed(sorted(missing), 12)}; pass them to SkipBlock.end")
         return missing

@@ -135,16 +135,19 @@ def test_worker_without_outer_state_diverges_loudly(tmp_path):
 @pytest.mark.parametrize("start", ["{}", "None"])
 def test_state_that_cannot_be_restored_is_named(tmp_path, start):
     """A best-weights dict (not plain data) kept in the loop is named with the fix; strict fails.
-    Also where it starts as None (plain data) and becomes the dict later."""
+    Also where it starts as None (plain data) and becomes the dict later. (The loop reads it: a
+    variable nothing reads before binding it again is not state, test_carried_values.py.)"""
     r = Runner(tmp_path)
     edits = {"            torch.save(net.state_dict(), args.save)":
              "            torch.save(net.state_dict(), args.save)\n"
              "        best_state = {k: v.clone() for k, v in net.state_dict().items()}",
+             "    # OUTER\n": "    # OUTER\n    print(len(best_state or ()))\n",
              "bad = 0\n": f"bad = 0\nbest_state = {start}\n"}
     script = r.cwd / loop_script(r, "kept.py", True, edits)
     r.run(script, "--patience", "4", "--flor", "kept")
-    proc = r.run(script, "--patience", "4", "--flor", "kept", "--replay_flor", "1/2")
+    proc = r.run(script, "--patience", "4", "--flor", "kept", "--replay_flor", "1/2", check=False)
     assert "outer-loop variables of main() that this worker (starting at epoch 2) cannot restore: best_state" in proc.stderr
+    assert proc.returncode == 3 and "FL322" in proc.stderr.strip().splitlines()[-1]  # not exact
     assert "pass them to SkipBlock.end(), or replay with --flor_strong" in proc.stderr
     strict = r.run(script, "--patience", "4", "--flor", "kept", "--replay_flor", "1/2", "--flor_strict", check=False)
     assert strict.returncode != 0 and "cannot restore: best_state" in strict.stderr
@@ -354,8 +357,10 @@ def test_a_hindsight_line_that_samples_outside_the_blocks_is_noted(tmp_path):
     own.write_text(SAMPLES.replace("    # HINDSIGHT", "    g = torch.Generator().manual_seed(epoch)\n"
                                    '    flor.log("pick", int(torch.randperm(32, generator=g)[0]))'))
     noted = "code outside the blocks drew from the torch random generator before 'train' at epoch 1"
-    proc = r.run(sampling, "--flor", "samples", "--replay_flor")
+    proc = r.run(sampling, "--flor", "samples", "--replay_flor", check=False)
     assert noted in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]  # a condition of the verdict: not exact, exit 3
+    assert proc.returncode == 3 and last.startswith("flor: replay NOT EXACT") and "FL325" in last, proc.stderr
     for quiet in (script, own):
         proc = r.run(quiet, "--flor", "samples", "--replay_flor")
         assert "FL325" not in proc.stderr and "verified exact" in proc.stderr, proc.stderr

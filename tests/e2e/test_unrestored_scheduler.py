@@ -30,22 +30,24 @@ def test_a_replay_names_the_scheduler_end_was_not_given(recorded, tmp_path):
     edited = r.script("plateau.py", HINDSIGHT, dest="hindsight.py")
     r.run(edited, "--flor", "full")
     full = values(r.logs("full"), "record")
-    proc = r.run(edited, "--flor", "p", "--replay_flor=2/3")
+    proc = r.run(edited, "--flor", "p", "--replay_flor=2/3", check=False)
     got = values(r.logs("p"), "replay")
     assert got[("lr", 5, None)] != full[("lr", 5, None)]  # the fresh scheduler saw no plateau
     assert "SkipBlock.end('train') is not given `sched`" in proc.stderr, proc.stderr
     assert "this replay cannot restore its state" in proc.stderr
-    verdict = proc.stderr.strip().splitlines()[-1]  # exact where it checked, and says what it did not set
-    assert verdict.startswith("flor: replay verified exact:") and "; not restored: sched (values read" in verdict
+    verdict = proc.stderr.strip().splitlines()[-1]  # not exact: it names what it did not set, with the code
+    assert verdict.startswith("flor: replay NOT EXACT:") and "FL201" in verdict and "; not restored: sched" in verdict
+    assert proc.returncode == 3 and verdict.endswith("exit status 3 (--flor_lenient keeps 0)")
 
 
 def test_a_launched_replay_names_it_in_its_merged_verdict(recorded, tmp_path):
     r = copy_of(recorded[0], tmp_path)
     edited = r.script("plateau.py", HINDSIGHT, dest="hindsight.py")
-    proc = r.flor("replay", "p", "--workers", "3", "--", sys.executable, str(edited))
+    proc = r.flor("replay", "p", "--workers", "3", "--", sys.executable, str(edited), check=False)
     verdict = (proc.stdout + proc.stderr).strip().splitlines()[-1]
-    assert verdict.startswith("flor: replay verified exact:") and "; not restored: sched (values read" in verdict, \
+    assert verdict.startswith("flor: replay NOT EXACT:") and "; not restored: sched" in verdict and "FL201" in verdict, \
         proc.stdout + proc.stderr
+    assert proc.returncode == 3
 
 
 def test_no_note_when_the_scheduler_is_given(tmp_path):

@@ -37,8 +37,16 @@ for epoch in flor.it(range(3)):
     (BASE, BASE + "    acc = acc * 2\n    print(acc)\n", True),  # rebinds a value the script uses
     (BASE, BASE + "    net.weight.data.zero_()\n", True),
     (BASE, BASE + "    torch.log(acc)\n", True),  # torch.log is math, not logging
+    (BASE.replace("        loss = step(net)\n", "        loss = step(net)\n        clip(net)\n"),
+     BASE.replace("        loss = step(net)\n", "        loss = step(net)\n        gn = clip(net)\n"
+                  "        flor.log('gn', gn)\n"), False),  # the recording's call, its result kept for a log
+    (BASE, BASE.replace("        loss = step(net)\n", "        loss = step(net)\n        gn = clip(net)\n"
+                        "        flor.log('gn', gn)\n"), False),  # a value computed for a log (it may draw: FL325)
+    (BASE, "def wnorm(m):\n    return m.weight.norm()\n" + BASE + "    flor.log('wn', wnorm(net))\n", False),
+    (BASE, "def wnorm(m):\n    return m.weight.norm()\n" + BASE + "    acc = wnorm(net)\n", True),  # not for a log
 ], ids=["probed", "assignment-for-a-log", "print-logging-logger", "if-only-prints", "flor.log-wraps-value",
-        "trackers", "training-arg", "rebinds-used-value", "mutates-object", "torch.log"])
+        "trackers", "training-arg", "rebinds-used-value", "mutates-object", "torch.log", "kept-call-result",
+        "new-call-for-a-log", "helper-def-for-a-log", "helper-def-used"])
 def test_what_counts_as_logging(old, new, changed):
     assert non_logging_changes(old, new) is changed
 

@@ -1,0 +1,108 @@
+"""What flor costs per block run in an iteration loop (nanoGPT's shape): one block per iteration
+under ``flor.it(range(iters))``, and the chunked form (a flor epoch = ``--chunk`` iterations,
+docs/loops.md), side by side in one run.
+
+A small script (a linear layer, one SGD step an iteration, the next batch prefetched as nanoGPT
+does) is recorded with a checkpoint only at epoch 0 (``FLOR_EVERY`` past the end), and times on
+its training thread everything flor does per block run: ``next()`` on ``flor.it`` (the epoch's
+end: the loop's variables noted, run.json at most every 0.5 s, the logs flushed),
+``step_into`` and ``end()``. The first 10 epochs and every epoch that took a checkpoint are left
+out. The same script without ``--flor`` (flor inert) gives the floor of those calls. Reported:
+flor's time per block run that takes no checkpoint (median and mean, µs), and per iteration in
+the chunked form. The issue's target is 20 µs a block run.
+
+    python benchmarks/iteration_loop.py [--iters 3000] [--chunk 100] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from common import env, median, run, save, table
+
+SCRIPT = '''
+import json, sys, time
+import torch
+import flor
+
+iters, chunk = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+model = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data = torch.randn(512, 16)
+
+
+def get_batch():
+    ix = torch.randint(0, 512 - 8, (1,)).item()
+    return data[ix:ix + 8]
+
+
+X = get_batch()
+iter_num = 0
+flor_s = []  # per flor epoch: seconds in flor's calls
+loop = iter(flor.it(range(iters // chunk)))
+while True:
+    t0 = time.perf_counter()
+    try:
+        next(loop)
+    except StopIteration:
+        break
+    t1 = time.perf_counter()
+    go = flor.SkipBlock.step_into("train")
+    t2 = time.perf_counter()
+    if go:
+        for _ in range(chunk):
+            loss = model(X).pow(2).mean()
+            X = get_batch()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            iter_num += 1
+    t3 = time.perf_counter()
+    model, opt, iter_num = flor.SkipBlock.end(model, opt, iter_num)
+    t4 = time.perf_counter()
+    flor_s.append((t1 - t0) + (t2 - t1) + (t4 - t3))
+print("TIMES " + json.dumps(flor_s), file=sys.stderr)
+'''
+
+
+def times(proc_stderr: str) -> list[float]:
+    line = next(x for x in proc_stderr.splitlines() if x.startswith("TIMES "))
+    return json.loads(line[len("TIMES "):])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, default=3000)
+    ap.add_argument("--chunk", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=3)
+    opts = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="flor-iters-"))
+    script = tmp / "iters.py"
+    script.write_text(SCRIPT)
+    e = env(tmp / "home", threads=1, FLOR_EVERY=str(10**9))
+    found: dict[str, list[float]] = {}
+    for rep in range(opts.reps):
+        for form, chunk in (("per iteration", 1), (f"chunks of {opts.chunk}", opts.chunk)):
+            for mode in ("inert", "record"):
+                flags = ["--flor", f"it{rep}{chunk}"] if mode == "record" else []
+                _, proc = run([str(script), str(opts.iters), str(chunk), *flags], e)
+                per_epoch = times(proc.stderr)[10:]  # warm: epoch 0 took the one checkpoint
+                found.setdefault(f"{form}/{mode}", []).extend(x / chunk for x in per_epoch)
+    rows, out = [], {}
+    for key, xs in found.items():
+        form, mode = key.split("/")
+        us = {"median_us": median(xs) * 1e6, "mean_us": sum(xs) / len(xs) * 1e6}
+        out[key] = us
+        rows.append([form, mode, us["median_us"], us["mean_us"]])
+    print(table(rows, ["form", "flor", "µs/iteration median", "µs/iteration mean"]))
+    path = save("iteration_loop", {"iters": opts.iters, "chunk": opts.chunk, "reps": opts.reps,
+                                   "target_us_per_block_run": 20, "per_iteration": out})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""flor.watch.draws: the global generators code between blocks draws from, noted while recording
+and compared while replaying."""
+
+from __future__ import annotations
+
+import random
+import sys
+from typing import Any
+
+import torch
+
+from flor.state.rng import capture_rng
+from flor.watch.draws import DrawsProbe, moved, recorded_draws
+from flor.watch.probe import Watch
+
+
+class Said(list):
+    def __call__(self, code: str, subject: Any, text: str) -> None:
+        self.append((code, subject, text))
+
+
+def test_moved_names_the_generators_drawn_from():
+    a = capture_rng(raw=True)
+    assert moved(a, capture_rng(raw=True)) == set()
+    a = capture_rng(raw=True)
+    torch.rand(1)
+    random.random()
+    assert moved(a, capture_rng(raw=True)) == {"torch", "python"}
+
+
+def _epochs(watch: Watch, draw: bool, restored: dict | None = None) -> None:
+    frame = sys._getframe()
+    for epoch in range(2):
+        watch.enter("train", epoch, 0, frame)
+        watch.leave(frame, (), restored)  # restored: {} for a block a replay restores
+        if draw:
+            torch.rand(1)  # code between the blocks draws
+
+
+def test_a_replay_names_a_generator_the_recording_never_drew_between_blocks():
+    record = DrawsProbe()
+    _epochs(Watch([record], Said()), draw=False)
+    assert record.noted() == {}
+    said = Said()
+    _epochs(Watch([DrawsProbe(record.noted())], said, replay=True), draw=True)
+    assert said == []  # the blocks after the draw re-executed without a checkpoint: as a full run draws on
+    _epochs(Watch([DrawsProbe(record.noted())], said, replay=True), draw=True, restored={})
+    assert [code for code, _, _ in said] == ["FL325"] and "torch random generator before 'train'" in said[0][2]
+
+
+def test_draws_the_recording_made_too_or_an_older_recording_are_not_named():
+    record = DrawsProbe()
+    _epochs(Watch([record], Said()), draw=True)
+    assert record.noted() == {"train": ["torch"]}
+    said = Said()
+    _epochs(Watch([DrawsProbe(record.noted())], said, replay=True), draw=True)
+    _epochs(Watch([DrawsProbe(None)], said, replay=True), draw=True)  # no drew_between in run.json
+    assert said == []
+    assert recorded_draws({"drew_between": {"train": ["torch", 3]}}) == {"train": ["torch"]}
+    assert recorded_draws({}) is None
