@@ -190,6 +190,8 @@ CATALOGUE: dict[str, Entry] = {
     "FL602": Entry("validation runs in the middle of an epoch (val_check_interval): a replay restores each epoch at "
                    "its end, so values of mid-epoch validations are not replayed for restored epochs",
                    "validate once an epoch (val_check_interval=1.0), or replay with FlorCallback(probed=True)"),
+    "FL603": Entry("the Hugging Face Trainer evaluates other than once an epoch: a replay that restores an epoch runs "
+                   "no evaluation inside it", "use eval_strategy=\"epoch\", or replay with FlorCallback(probed=True)"),
 }
 
 
