@@ -2,6 +2,7 @@
 (nothing downloaded), synthetic token sequences, eval_strategy="epoch", compute_metrics. The
 hindsight edits of the tests add lines at the marks."""
 
+import json
 import os
 import sys
 
@@ -46,3 +47,6 @@ trainer = Trainer(model=BertForSequenceClassification(config), args=args,
                   compute_metrics=compute_metrics, callbacks=[FlorCallback()])
 trainer.train()
 print("trained", trainer.state.global_step, file=sys.stderr)
+for entry in trainer.state.log_history:  # what a run without flor gives a test to compare
+    if "train_runtime" not in entry:
+        print("VALUES", json.dumps(entry))

@@ -2,11 +2,12 @@
 epoch-interval StepLR, ModelCheckpoint and EarlyStopping on the validation loss, a training
 loss logged per step and per epoch. The hindsight edits of the tests add lines at the marks."""
 
+import json
 import os
 import sys
 
 import torch
-from pytorch_lightning import LightningModule, Trainer, seed_everything
+from pytorch_lightning import Callback, LightningModule, Trainer, seed_everything
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -49,11 +50,21 @@ def data(n, seed):
     return TensorDataset(x, (x[:, 0] + x[:, 1] > 0).long())
 
 
+class Printer(Callback):
+    """Prints each epoch's values as flor keeps them: what a run without flor gives a test to compare."""
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        m = trainer.callback_metrics
+        kept = {k: float(v) for k, v in m.items()
+                if not k.endswith("_step") and not (k.endswith("_epoch") and k[:-6] in m)}
+        print("VALUES", json.dumps({"epoch": trainer.current_epoch, "values": kept}))
+
+
 seed_everything(0, verbose=False)
 train = DataLoader(data(int(os.environ.get("SAMPLES", "256")), 1), batch_size=32, shuffle=True)
 val = DataLoader(data(64, 2), batch_size=32)
 trainer = Trainer(max_epochs=EPOCHS, callbacks=[ModelCheckpoint(monitor="val_loss"), EarlyStopping("val_loss"),
-                                                FlorCallback()],
+                                                FlorCallback(), Printer()],
                   accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
                   default_root_dir=os.getcwd(), num_sanity_val_steps=2)
 trainer.fit(Net(), train, val)
