@@ -22,7 +22,8 @@ Where it hooks in, read from Lightning 2.6's fit loop (``FitLoop``, ``_TrainingE
   schedulers, ``ModelCheckpoint`` and early stopping see the recorded state.
 - The values in ``trainer.callback_metrics`` at the end of each epoch (``self.log`` at epoch
   level: validation, ``on_epoch=True``) become flor values of that epoch; the sanity check's
-  validation runs before the first epoch and is not an epoch's value.
+  validation runs before the first epoch and is not an epoch's value. Step-level values of
+  ``training_step`` (what Lightning hands its loggers at each step) are kept by global step.
 - A replay writes nothing of the Trainer's own: its loggers are dropped and checkpoint files
   are not written (``ModelCheckpoint`` still tracks its best model as the full run did).
 """
@@ -123,9 +124,13 @@ class _TrainingResults:
     mean, sum, max or min reduction are kept; others (torchmetrics objects, custom reductions)
     are not, and the callback names them."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Any, recorded: set[str] | None = None) -> None:
         self.trainer = trainer
+        # replaying: the names the recording logged. A value added in hindsight is no state of the
+        # recording's, so an executed epoch's check against it leaves it out
+        self.recorded = recorded
         self.unkept: set[str] = set()
+        self.created: set[str] = set()  # entries the restore made: the next epoch's own self.log makes them anew
 
     def _results(self) -> Any:
         return self.trainer.fit_loop.epoch_loop._results
@@ -135,7 +140,7 @@ class _TrainingResults:
         for key, metric in self._results().items():
             meta = metric.meta
             reduce = next((n for n, fx in _REDUCE.items() if meta.reduce_fx is fx), None)
-            if not meta.on_epoch:
+            if not meta.on_epoch or self.recorded is not None and meta.name not in self.recorded:
                 continue
             if not metric.is_tensor or reduce is None:
                 self.unkept.add(meta.name)
@@ -147,6 +152,14 @@ class _TrainingResults:
                 "count": metric.cumulated_batch_size.detach().clone() if meta.is_mean_reduction else None,
             }
         return kept
+
+    def forget_created(self) -> None:
+        """Drop the entries the restore made, before an epoch whose steps run: ``self.log`` refuses an
+        entry whose settings differ from its own (the sync function a restore cannot know)."""
+        results = self._results()
+        for key in self.created:
+            results.pop(key, None)
+        self.created.clear()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from importlib import import_module
@@ -161,6 +174,7 @@ class _TrainingResults:
                                         add_dataloader_idx=kept["add_dataloader_idx"])
                 meta.sync = module._Sync()
                 results[key] = module._ResultMetric(meta, True)
+                self.created.add(key)
             metric = results[key]
             metric.value = kept["value"].clone()
             if kept["count"] is not None:
@@ -169,6 +183,16 @@ class _TrainingResults:
             metric._update_count = max(1, int(getattr(metric, "_update_count", 0)))  # updated, as by the steps
             if getattr(metric, "_forward_cache", None) is None:
                 metric._forward_cache = metric.value.clone()
+
+
+def _recorded_names(epochs: Epochs) -> set[str] | None:
+    """The names the recording logged, when replaying (None when recording)."""
+    session: Any = epochs.session
+    if session is None or session.mode != "replay":
+        return None
+    from ..store.runlogs import read_run_logs
+
+    return {r["name"] for r in read_run_logs(session.run_dir, session.run) if r["source"] == "record"}
 
 
 class _WriteNothing:
@@ -248,6 +272,8 @@ class FlorCallback(*_bases()):  # type: ignore[misc]
         if self.epochs is None:
             return
         self._log_epoch(trainer)
+        if self._results is not None:
+            self._results.forget_created()
         epoch = trainer.current_epoch
         if not self.epochs.begin(epoch):
             trainer.should_stop = True
@@ -274,6 +300,16 @@ class FlorCallback(*_bases()):  # type: ignore[misc]
             del loop.advance  # the class's own advance again, for the next epoch
 
         loop.advance = advance
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """The step-level values ``training_step`` logged (as Lightning hands them to its loggers),
+        by global step: a recording's, and a probed replay's (a restored epoch runs no step)."""
+        if self.epochs is None or self.epochs.epoch is None:
+            return
+        results = trainer.fit_loop.epoch_loop._results
+        step = trainer.global_step
+        for name, value in sorted(results.metrics(True)["log"].items()):
+            self.epochs.log(name, value, step=step)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if self.epochs is None or trainer.sanity_checking:
@@ -316,7 +352,7 @@ class FlorCallback(*_bases()):  # type: ignore[misc]
             trainer.fit_loop.epoch_loop.__dict__.pop("advance", None)
         self._skipping = False
         if self._results is None:
-            self._results = _TrainingResults(trainer)
+            self._results = _TrainingResults(trainer, _recorded_names(epochs))
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         epochs.checkpoint(pl_module, *trainer.optimizers, *schedulers, _LoopState(trainer),
                           _CallbackState(trainer, self), self._results, trainer.precision_plugin)

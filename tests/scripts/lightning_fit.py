@@ -27,6 +27,7 @@ class Net(LightningModule):
         x, y = batch
         loss = torch.nn.functional.cross_entropy(self.net(x), y)
         self.log("train_loss", loss, on_step=True, on_epoch=True)
+        # TRAINING
         return loss
 
     def validation_step(self, batch, batch_idx):
