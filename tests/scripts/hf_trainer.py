@@ -5,6 +5,7 @@ hindsight edits of the tests add lines at the marks."""
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -45,7 +46,9 @@ args = TrainingArguments(output_dir="hf_out", num_train_epochs=EPOCHS, per_devic
 trainer = Trainer(model=BertForSequenceClassification(config), args=args,
                   train_dataset=Tokens(int(os.environ.get("SAMPLES", "128")), 1), eval_dataset=Tokens(64, 2),
                   compute_metrics=compute_metrics, callbacks=[FlorCallback()])
+started = time.perf_counter()
 trainer.train()
+print(f"FIT_SECONDS {time.perf_counter() - started:.4f}", file=sys.stderr)  # benchmarks/frameworks.py
 print("trained", trainer.state.global_step, file=sys.stderr)
 for entry in trainer.state.log_history:  # what a run without flor gives a test to compare
     if "train_runtime" not in entry:

@@ -61,6 +61,8 @@ class Printer(Callback):
         print("VALUES", json.dumps({"epoch": trainer.current_epoch, "values": kept}))
 
 
+import time  # noqa: E402
+
 seed_everything(0, verbose=False)
 train = DataLoader(data(int(os.environ.get("SAMPLES", "256")), 1), batch_size=32, shuffle=True)
 val = DataLoader(data(64, 2), batch_size=32)
@@ -68,5 +70,7 @@ trainer = Trainer(max_epochs=EPOCHS, callbacks=[ModelCheckpoint(monitor="val_los
                                                 FlorCallback(), Printer()],
                   accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
                   default_root_dir=os.getcwd(), num_sanity_val_steps=2)
+started = time.perf_counter()
 trainer.fit(Net(), train, val)
 print("fitted", trainer.current_epoch, trainer.global_step, file=sys.stderr)
+print(f"FIT_SECONDS {time.perf_counter() - started:.4f}", file=sys.stderr)  # benchmarks/frameworks.py
