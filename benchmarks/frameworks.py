@@ -43,11 +43,11 @@ def main() -> None:
     try:
         for name, (script, extra, (mark, metric)) in FRAMEWORKS.items():
             text = (SCRIPTS / script).read_text()
-            plain = tmp / f"{name}_plain.py"  # the same Trainer without FlorCallback
+            plain = tmp / f"bench_{name}_plain.py"  # the same Trainer without FlorCallback
             plain.write_text(re.sub(r"FlorCallback\(\),? ?", "", text))
-            recorded = tmp / f"{name}.py"
+            recorded = tmp / f"bench_{name}.py"  # not transformers.py: it would shadow the package
             recorded.write_text(text)
-            edited = tmp / f"{name}_hindsight.py"
+            edited = tmp / f"bench_{name}_hindsight.py"
             edited.write_text(text.replace(mark, metric))
             times: dict[str, list[float]] = {k: [] for k in ("plain", "record", "record_every", "full", "replay")}
             for r in range(opts.rounds):
@@ -68,10 +68,11 @@ def main() -> None:
                             "replay_speedup": med["full"] / med["replay"]}
             rows.append([name, med["plain"], result[name]["record_overhead"] * 100,
                          result[name]["record_every_epoch_overhead"] * 100, result[name]["replay_speedup"]])
+            save("frameworks", {"rounds": opts.rounds, **result})  # each trainer's figures as they come
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(table(rows, ["trainer", "fit s (no flor)", "record overhead %", "every epoch %", "replay speedup x"]))
-    print(save("frameworks", result))
+    print(save("frameworks", {"rounds": opts.rounds, **result}))
 
 
 if __name__ == "__main__":
