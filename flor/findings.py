@@ -15,6 +15,7 @@ FL2   the script's state outside ``end()`` (``flor.watch``): named at record and
 FL3   replay: which run, which epochs, what was restored, what may differ
 FL4   stores and spools: damaged or planted files, uploads and downloads
 FL5   readers and launches: logs, plots, metrics, the parallel launcher
+FL6   framework integrations: the Lightning and Hugging Face Trainer callbacks
 ====  ==========================================================================
 
 >>> line("FL309", "the script changed by more than logging")
@@ -216,6 +217,15 @@ CATALOGUE: dict[str, Entry] = {
                    "move it out of the run's folder"),
     "FL503": Entry("the launcher starts fewer workers than asked, or more threads than cores",
                    "ask for fewer workers or --threads"),
+    # -- FL6: framework integrations (flor.integrations) ---------------------------------------
+    "FL601": Entry("epoch-level values logged in training_step that a replay cannot rebuild for a restored epoch "
+                   "(not a tensor, or a reduction other than mean, sum, max or min)",
+                   "log a tensor with reduce_fx mean/sum/max/min, or replay with FlorCallback(probed=True)"),
+    "FL602": Entry("validation runs in the middle of an epoch (val_check_interval): a replay restores each epoch at "
+                   "its end, so values of mid-epoch validations are not replayed for restored epochs",
+                   "validate once an epoch (val_check_interval=1.0), or replay with FlorCallback(probed=True)"),
+    "FL603": Entry("the Hugging Face Trainer evaluates other than once an epoch: a replay that restores an epoch runs "
+                   "no evaluation inside it", "use eval_strategy=\"epoch\", or replay with FlorCallback(probed=True)"),
 }
 
 
@@ -242,7 +252,7 @@ def render_docs() -> str:
            "(`python -c \"import flor.findings as f; print(f.render_docs(), end='')\" > docs/findings.md`); "
            "a test keeps them equal.", ""]
     heads = {"0": "Settings and the process", "1": "Recording", "2": "State outside end()", "3": "Replay",
-             "4": "Stores and spools", "5": "Readers and launches"}
+             "4": "Stores and spools", "5": "Readers and launches", "6": "Framework integrations"}
     for digit, head in heads.items():
         out += [f"## FL{digit}xx: {head}", "", "| code | meaning | fix |", "| --- | --- | --- |"]
         out += [f"| {code} | {e.title} | {e.fix} |" for code, e in CATALOGUE.items() if code[2] == digit]

@@ -1,0 +1,97 @@
+"""FlorCallback on real trainers: PyTorch Lightning and the Hugging Face Trainer, on the CPU, with
+tiny models built from code or configs (nothing downloaded) and synthetic data.
+
+Each trainer is recorded once; a metric is added to its validation afterwards (``self.log`` in
+``validation_step``, a new entry of ``compute_metrics``), and every value the replays give is
+compared (==) with what the edited script gives when it runs in full without flor, which also
+shows the callback is inert without flags (nothing written to the store, nothing said).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import Runner, values
+
+LIGHTNING_METRIC = {"        # VALIDATION": '        self.log("val_acc", (logits.argmax(1) == y).float().mean())',
+                    "        # TRAINING": '        self.log("wmax", self.net[0].weight.abs().max(), on_step=False, on_epoch=True)'}
+#: the metric added in training_step needs its steps run: a probed replay re-executes them
+PROBED = {"FlorCallback(), Printer()": "FlorCallback(probed=True), Printer()"}
+HF_METRIC = {"    # METRICS": '    metrics["max_logit"] = float(logits.max())'}
+
+
+def printed(proc: subprocess.CompletedProcess) -> list[dict]:
+    return [json.loads(line[len("VALUES "):]) for line in proc.stdout.splitlines() if line.startswith("VALUES ")]
+
+
+def replayed(r: Runner, name: str, proc: subprocess.CompletedProcess) -> dict[tuple, object]:
+    """The values the replay whose summary ``proc`` printed logged (every worker of it)."""
+    assert "replay verified exact" in proc.stderr, proc.stderr
+    rid = proc.stderr.split("flor: replay ")[1].split()[0]
+    return values([x for x in r.logs(name) if x["replay"] == rid])
+
+
+def inert_full_run(r: Runner, script) -> subprocess.CompletedProcess:
+    """The edited script run without flor's flags: the store is untouched and flor says nothing."""
+    before = r.tree()
+    proc = r.run(script)
+    assert r.tree() == before
+    assert "flor" not in proc.stderr.replace("flor.integrations", "")
+    return proc
+
+
+def test_lightning_record_then_hindsight_metric_replayed_by_two_workers(tmp_path):
+    pytest.importorskip("pytorch_lightning")
+    r = Runner(tmp_path)
+    r.run(r.script("lightning_fit.py"), "--flor", "lt")
+    edited = r.script("lightning_fit.py", LIGHTNING_METRIC, dest="hindsight.py")
+    full = {(name, e["epoch"], None): v for e in printed(inert_full_run(r, edited)) for name, v in e["values"].items()}
+    ckpts = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("lightning_logs/*/checkpoints/*.ckpt"))
+    assert len(ckpts) == 2  # the recording's and the full run's
+    assert {k[1] for k in full if k[0] == "val_acc"} == {0, 1, 2, 3}  # the new metric, every epoch
+    assert ("train_loss", 3, None) in full  # built from steps a replay skips: restored with the epoch
+
+    # the launcher's two workers: worker 1 starts mid-run, from the checkpoint of epoch 1
+    launch = r.flor("replay", "lt", "--workers", "2", "--", sys.executable, "hindsight.py")
+    assert "worker 1: epochs 2-3" in launch.stderr, launch.stderr
+    assert "4 blocks restored, 0 executed" in launch.stderr, launch.stderr
+    # wmax is logged in training_step, which a restored epoch does not run: the launch has all but it
+    assert replayed(r, "lt", launch) == {k: v for k, v in full.items() if k[0] != "wmax"}
+    # the Trainer's own checkpoint files are a recording's: a replay writes none
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("lightning_logs/*/checkpoints/*.ckpt")) == ckpts
+
+    # probed, worker 1 of 2 restores epoch 1 and re-executes epochs 2-3 from it, each checked against the recording
+    probed = r.script("lightning_fit.py", {**LIGHTNING_METRIC, **PROBED}, dest="probed.py")
+    proc = r.run(probed, "--flor", "lt", "--replay_flor=1/2")
+    assert "0 blocks restored, 2 executed and checked (0 diverged)" in proc.stderr, proc.stderr
+    got = replayed(r, "lt", proc)
+    assert {k: v for k, v in got.items() if k[2] is None} == {k: v for k, v in full.items() if k[1] >= 2}  # wmax too
+    assert sorted({k[2] for k in got if k[0] == "train_loss_step"}) == list(range(17, 33))  # its steps, re-executed
+
+
+def test_hugging_face_record_then_hindsight_metric_replayed_as_two_segments(tmp_path):
+    pytest.importorskip("transformers")
+    r = Runner(tmp_path)
+    env = r.env(HF_HUB_OFFLINE="1")
+    r.run(r.script("hf_trainer.py"), "--flor", "hf", env=env)
+    saved = sorted(p.name for p in (tmp_path / "hf_out").iterdir())
+    edited = r.script("hf_trainer.py", HF_METRIC, dest="hindsight.py")
+    before = r.tree()
+    proc = r.run(edited, env=env)
+    assert r.tree() == before and "flor:" not in proc.stderr  # inert without flags
+    timings = ("_runtime", "_per_second")
+    full = {(name, round(e["epoch"]) - 1, e["step"]): v for e in printed(proc) for name, v in e.items()
+            if name not in ("epoch", "step") and not name.endswith(timings)}
+    assert {k[1] for k in full if k[0] == "eval_max_logit"} == {0, 1, 2, 3}
+    assert {k[0] for k in full} >= {"loss", "grad_norm", "learning_rate", "eval_loss", "eval_accuracy"}
+
+    got: dict[tuple, object] = {}
+    for pid in (0, 1):
+        part = r.run(edited, "--flor", "hf", f"--replay_flor={pid}/2", env=env)
+        assert "flor: replay verified exact: 2 blocks restored, 0 executed" in part.stderr, part.stderr
+        got.update(replayed(r, "hf", part))
+    assert got == full  # the training loss and grad norm of restored epochs included
+    assert sorted(p.name for p in (tmp_path / "hf_out").iterdir()) == saved  # no checkpoint folder written

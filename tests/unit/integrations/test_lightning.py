@@ -1,0 +1,84 @@
+"""Lightning's FlorCallback in process: inert without flags, and the trainer state it gives
+``end()`` (loop progress, the other callbacks' state, the epoch's training-step values) survives
+flor's capture and restore into another Trainer (a replay worker's)."""
+
+from __future__ import annotations
+
+import pytest
+
+pl = pytest.importorskip("pytorch_lightning")
+torch = pytest.importorskip("torch")
+
+from flor.integrations.lightning import FlorCallback, _CallbackState, _LoopState, _TrainingResults  # noqa: E402
+from flor.state import restore, snapshot  # noqa: E402
+
+
+class Net(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch).square().mean()
+        self.log("train_loss", loss, on_step=True, on_epoch=True)
+        self.log("seen", float(len(batch)), on_step=False, on_epoch=True, reduce_fx="sum")
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.layer(batch).square().mean())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Capture(pl.Callback):
+    """Takes what FlorCallback checkpoints, where it does: before the epoch's validation."""
+
+    def __init__(self, own) -> None:
+        self.own, self.blobs, self.tree, self.metrics = own, {}, None, None
+
+    def on_validation_start(self, trainer, pl_module):
+        if trainer.sanity_checking or trainer.current_epoch != 1:
+            return  # epoch 1: the callbacks have a best score from epoch 0's validation
+        objs = [_LoopState(trainer), _CallbackState(trainer, self.own), _TrainingResults(trainer)]
+        self.tree = snapshot(objs).materialize(lambda data, digest: self.blobs.__setitem__(digest, bytes(data)))
+        self.metrics = {k: float(v) for k, v in trainer.fit_loop.epoch_loop._results.metrics(False)["callback"].items()}
+        self.best = (float(trainer.early_stopping_callback.best_score), trainer.checkpoint_callback.best_model_path)
+
+
+def fit(tmp_path, *callbacks, epochs=1):
+    data = torch.utils.data.DataLoader(torch.randn(12, 4), batch_size=4)
+    trainer = pl.Trainer(max_epochs=epochs, callbacks=[pl.callbacks.EarlyStopping("val_loss", patience=5),
+                                                       pl.callbacks.ModelCheckpoint(monitor="val_loss"), *callbacks],
+                         default_root_dir=str(tmp_path), logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=0)
+    trainer.fit(Net(), data, data)
+    return trainer
+
+
+def test_inert_without_flags(tmp_path) -> None:
+    own = FlorCallback()
+    trainer = fit(tmp_path, own)
+    assert own.epochs is None and own._taken is None and own._logged is None
+    assert trainer.callbacks.index(own) > 0  # not moved first: that happens only in a flor run
+
+
+def test_trainer_state_survives_capture_and_restore(tmp_path) -> None:
+    own = FlorCallback()
+    capture = Capture(own)
+    fit(tmp_path / "a", own, capture, epochs=2)
+    assert set(capture.metrics) == {"train_loss", "train_loss_epoch", "seen"} and capture.metrics["seen"] == 12.0
+
+    fresh = pl.Trainer(max_epochs=2, callbacks=[pl.callbacks.EarlyStopping("val_loss", patience=5),
+                                                pl.callbacks.ModelCheckpoint(monitor="val_loss")],
+                       logger=False, default_root_dir=str(tmp_path / "b"))
+    restore([_LoopState(fresh), _CallbackState(fresh, own), _TrainingResults(fresh)], capture.tree,
+            capture.blobs.__getitem__)
+    loop = fresh.fit_loop.epoch_loop
+    assert loop.batch_progress.total.completed == 6 and loop.global_step == 6  # two epochs of 3 batches
+    assert fresh.fit_loop.epoch_progress.current.started == 2
+    # the epoch-level values of training_step are Lightning's again: reduced as the full run reduces them
+    assert {k: float(v) for k, v in loop._results.metrics(False)["callback"].items()} == capture.metrics
+    # early stopping and ModelCheckpoint judge this epoch's validation against epoch 0's, as recorded
+    assert (float(fresh.early_stopping_callback.best_score), fresh.checkpoint_callback.best_model_path) == capture.best
+    assert capture.best[1].endswith("epoch=0-step=3.ckpt")
