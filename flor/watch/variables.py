@@ -204,8 +204,9 @@ class VariablesProbe(Probe):
         if view.replay or not view.note:
             return
         changed, more, lost = self.vars.leave(view.block, view.objs, view.given)
-        if lost:  # bound in the block before it reads it, and read nowhere else: not state (a dict for torch.save)
-            dead = not_state(self.sites.get(view.block), view.frame, [var for var, _ in lost])
+        if lost:  # bound in the block before it reads it, and read nowhere else: not state (a dict for torch.save);
+            # a name only: an attribute (self.best_state) may be read by code this script's tree does not show
+            dead = not_state(self.sites.get(view.block), view.frame, [var for var, _ in lost if "." not in var])
             lost = [(var, what) for var, what in lost if var not in dead]
         if changed:
             view.noted["vars"] = changed

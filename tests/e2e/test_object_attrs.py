@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import Runner, reseal_manifest, values
+from helpers import Runner, reseal_manifest, said, values
 
 HINDSIGHT = {"            # HINDSIGHT": '            flor.log("step", self.step)\n'
                                        '            flor.log("best", self.best)\n'
@@ -60,10 +60,11 @@ def test_a_hostile_file_sets_no_method_property_module_or_other_object(tmp_path)
     reseal_manifest(next((r.home / "t" / "runs").glob("*/checkpoints/train/0.json")), plant)
     edited = r.script("trainer_attrs.py", {"            # HINDSIGHT": '            flor.log("kinds", type(self.net).__name__ '
                                            '+ type(self.fit).__name__ + str(self.epochs_seen))'}, dest="hindsight.py")
-    proc = r.run(edited, "--flor", "t", "--replay_flor", "--epochs", "2")
-    assert "replay verified exact" in proc.stderr, proc.stderr
-    assert "could not be set where it is restored: flor.log, missing.x, self.epochs_seen, self.fit, self.net, " \
-           "self.net.training, self.net.weight, self.step, torch.manual_seed" in proc.stderr, proc.stderr
+    proc = r.run(edited, "--flor", "t", "--replay_flor", "--epochs", "2", check=False)
+    # what it refused to set is named (FL337), and the verdict counts it: not exact, exit 3
+    assert proc.returncode == 3 and said(proc.stderr, "FL337", "flor.log, missing.x, self.epochs_seen, self.fit, "
+                                         "self.net, self.net.training, self.net.weight, self.step, torch.manual_seed")
+    assert proc.stderr.splitlines()[-1].startswith("flor: replay NOT EXACT") and "FL337" in proc.stderr.splitlines()[-1]
     # torch, flor: not this frame's variables; a model is not the script's own plain object
     got = values(r.logs("t"), "replay")
     assert [got[("kinds", e, None)] for e in range(2)] == ["Linearmethod1", "Linearmethod2"]

@@ -241,8 +241,8 @@ def test_a_replay_whose_logs_cannot_be_written_still_checks_its_values(runner: R
     """A replay against a store it cannot write (every file the replay writes limited to 1
     byte, as a full disk or read-only store does): the values it logs are still compared with
     the recorded ones, from memory. An edited script that logs other values is DIVERGED (exit
-    3), not "verified exact" over the nothing that reached the disk; the same script is exact
-    and says its values were not stored."""
+    3), not "verified exact" over the nothing that reached the disk; the same script's values
+    are all equal, but not stored: NOT EXACT for that reason alone (FL330), exit 1."""
     script = runner.cwd / "full.py"
     script.write_text(FULL.replace("256", "8"))
     runner.run(script, "--flor", "ro")
@@ -256,9 +256,10 @@ def test_a_replay_whose_logs_cannot_be_written_still_checks_its_values(runner: R
                               env=runner.env(), capture_output=True, text=True, timeout=300, preexec_fn=limit)
 
     same = replay(script)
-    assert same.returncode == 0, same.stderr
-    assert "verified exact" in _verdict(same.stderr) and "8/8 shared log values equal" in same.stderr, same.stderr
-    assert "8 of this worker's logged values could not be written" in same.stderr, same.stderr
+    assert same.returncode == 1, same.stderr
+    verdict = _verdict(same.stderr)
+    assert "NOT EXACT" in verdict and "FL330" in verdict and "8/8 shared log values equal" in same.stderr, same.stderr
+    assert said(same.stderr, "FL330", "8 of this worker's logged values"), same.stderr
     edited = runner.cwd / "edited.py"
     edited.write_text(FULL.replace("256", "8").replace('flor.log("value", value)', 'flor.log("value", value + 1.0)'))
     bad = replay(edited)
