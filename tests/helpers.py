@@ -179,9 +179,9 @@ class Runner:
             got.update(values([x for x in self.logs(name) if x["replay"] == replay]))
         return got if names is None else {k: v for k, v in got.items() if k[0] in names}
 
-    def flor(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def flor(self, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            [sys.executable, "-m", "flor", *args], cwd=self.cwd, env=self.env(),
+            [sys.executable, "-m", "flor", *args], cwd=self.cwd, env=env if env is not None else self.env(),
             capture_output=True, text=True, timeout=120,
         )
         if check and proc.returncode != 0:

@@ -43,7 +43,7 @@ def inert_full_run(r: Runner, script) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_lightning_record_then_hindsight_metric_replayed_by_two_workers(tmp_path):
+def test_lightning_record_then_hindsight_metric_replayed_whole_and_by_two_workers(tmp_path):
     pytest.importorskip("pytorch_lightning")
     r = Runner(tmp_path)
     r.run(r.script("lightning_fit.py"), "--flor", "lt")
@@ -53,6 +53,11 @@ def test_lightning_record_then_hindsight_metric_replayed_by_two_workers(tmp_path
     assert len(ckpts) == 2  # the recording's and the full run's
     assert {k[1] for k in full if k[0] == "val_acc"} == {0, 1, 2, 3}  # the new metric, every epoch
     assert ("train_loss", 3, None) in full  # built from steps a replay skips: restored with the epoch
+
+    # a whole replay by one worker: every epoch restored, the new validation metric at each
+    whole = r.run(edited, "--flor", "lt", "--replay_flor")
+    assert "4 blocks restored, 0 executed" in whole.stderr, whole.stderr
+    assert replayed(r, "lt", whole) == {k: v for k, v in full.items() if k[0] != "wmax"}
 
     # the launcher's two workers: worker 1 starts mid-run, from the checkpoint of epoch 1
     launch = r.flor("replay", "lt", "--workers", "2", "--", sys.executable, "hindsight.py")
@@ -72,7 +77,7 @@ def test_lightning_record_then_hindsight_metric_replayed_by_two_workers(tmp_path
     assert sorted({k[2] for k in got if k[0] == "train_loss_step"}) == list(range(17, 33))  # its steps, re-executed
 
 
-def test_hugging_face_record_then_hindsight_metric_replayed_as_two_segments(tmp_path):
+def test_hugging_face_record_then_hindsight_metric_replayed_as_two_segments_and_by_two_workers(tmp_path):
     pytest.importorskip("transformers")
     r = Runner(tmp_path)
     env = r.env(HF_HUB_OFFLINE="1")
@@ -94,4 +99,7 @@ def test_hugging_face_record_then_hindsight_metric_replayed_as_two_segments(tmp_
         assert "flor: replay verified exact: 2 blocks restored, 0 executed" in part.stderr, part.stderr
         got.update(replayed(r, "hf", part))
     assert got == full  # the training loss and grad norm of restored epochs included
+    launch = r.flor("replay", "hf", "--workers", "2", "--", sys.executable, "hindsight.py", env=env)
+    assert "worker 1: epochs 2-3" in launch.stderr, launch.stderr
+    assert replayed(r, "hf", launch) == full
     assert sorted(p.name for p in (tmp_path / "hf_out").iterdir()) == saved  # no checkpoint folder written

@@ -7,10 +7,12 @@ test asserts the attack failed on a real recording, with real ``flor`` commands 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -223,6 +225,7 @@ def test_repair_waits_for_no_recording_and_keeps_young_blobs(recorded: Runner, t
 
 INERT_SCRIPT = """
 import sys
+import tempfile
 {prelude}
 import flor
 total = 0
@@ -261,9 +264,19 @@ def test_import_flor_without_flags_touches_no_home_even_without_one(tmp_path: Pa
                f"os.setgroups([]); os.setgid({uid}); os.setuid({uid}); os.environ.pop('HOME', None)\n")
     script.write_text(INERT_SCRIPT.format(prelude=prelude))
     script.chmod(0o644)
-    nobody = {k: v for k, v in env.items() if k != "HOME"}
-    proc = subprocess.run([sys.executable, str(script), "--lr", "1"], env=nobody, cwd="/", capture_output=True,
-                          text=True, timeout=120)
+    # that uid reads flor's files: a copy it can read, first on its path (a checkout, like CI's, may sit
+    # in a folder only root can enter)
+    readable = Path(tempfile.mkdtemp(prefix="flor-readable-"))
+    try:
+        shutil.copytree(Path(importlib.util.find_spec("flor").origin).parent, readable / "flor",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [readable, *readable.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        nobody = {k: v for k, v in env.items() if k != "HOME"} | {"PYTHONPATH": str(readable)}
+        proc = subprocess.run([sys.executable, str(script), "--lr", "1"], env=nobody, cwd="/", capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
     assert proc.returncode == 0 and "trained 3" in proc.stdout, proc.stderr
 
 
