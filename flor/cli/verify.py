@@ -42,7 +42,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace, store: ExperimentStore, runs: list[str] | None) -> int:
-    from ..store.check import GRACE_S, check_experiment, repair
+    from ..store.check import check_experiment
+    from ..store.repair import GRACE_S, repair
 
     report = check_experiment(store, runs)
     for line in report.problems:

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .._fmt import printable
-from ..errors import CheckpointError, ConfigError, FlorError, ReplayError, StateError, StorageError
+from ..errors import CheckpointError, ConfigError, FlorError, StateError, StorageError
 from ..logs import LogWriter, occurrence_keys, record_key, same_value
 from ..logs.tensorboard import write_replay_events
 from ..placement import new_replay_id, pid_alive
-from ..plan import ReplayPlan, block_action, make_plan, select
+from ..plan import ReplayPlan, block_action
 from ..settings import Settings
 from ..source.blocks import WRONG_MID_RUN, wrapper_advice
 from ..state.describe import arity_message
@@ -36,11 +36,13 @@ from ..watch.outside import OutsideProbe
 from ..watch.probe import Watch
 from ..watch.reachable import SchedulerProbe
 from ..watch.variables import VariablesProbe
-from .ddp import check_replay_world, shared_replay_id
+from .ddp import shared_replay_id
 from .effects import FileWrites, recorded_writes
 from .restorer import Restorer, with_spool
 from .script import compare_script, script_sha256
 from .session import Session, as_result
+from .trackers import export_at_end, recorded_mlflow_run
+from .worker_plan import plan_loop
 
 __all__ = ["ReplaySession"]
 
@@ -125,26 +127,7 @@ class ReplaySession(Session):
         return self.layout.tb_replay(self.replay_id) / f"script-{self.pid}"
 
     def recorded_mlflow_run(self) -> str | None:
-        note = self.meta.trackers.get("mlflow") or {}
-        return note.get("run_id") if isinstance(note.get("run_id"), str) else None
-
-    def _export(self) -> None:
-        """``--flor_export``: the run's values into the trackers, by a replay that covered every epoch
-        alone; a worker of several leaves it to ``flor replay --export``, which runs it once after all."""
-        if self.ngpus != 1:
-            print(f"flor: FL361 --flor_export: worker {self.pid} of {self.ngpus} does not export (the others may "
-                  f"not have finished); run `flor export {self.settings.name} --to "
-                  f"{','.join(self.settings.export)}` after the last, or replay with flor replay --export",
-                  file=sys.stderr)
-            return
-        from ..export import export_run
-
-        for target in self.settings.export:
-            try:
-                print(f"flor: {export_run(self.store, self.run, target).line()}", file=sys.stderr)
-            except FlorError as exc:
-                print(f"flor: FL362 --flor_export {target} failed: {exc}; the replay's values are kept, export them "
-                      f"with `flor export {self.settings.name} --to {target}`", file=sys.stderr)
+        return recorded_mlflow_run(self.meta)
 
     def note(self, code: str, text: str) -> None:
         """Say finding ``code`` with ``text`` now, once; the summary file keeps it (``FL309 text``), the
@@ -171,41 +154,10 @@ class ReplaySession(Session):
             length: int | None = len(iterable)
         except TypeError:
             length = None
-        planned = self.meta.epochs_planned
-        if length is not None and planned is not None and length != planned:
-            raise ReplayError(
-                f"the epoch loop now has {length} epochs but the recording {self.run} had {planned}: "
-                "replay with the recorded arguments, or record again"
-            )
-        epochs = self.meta.epochs  # exactly the epochs the recording ran (RunMeta.epochs decides)
-        if length is not None:
-            epochs = min(epochs, length)
-        if self.recording_alive:
-            self.note("FL311", f"the recording is still running: replaying the {epochs} epochs it has finished")
-        elif self.meta.status == "running":
-            self.note("FL311", f"the recording ended after {epochs} epochs (its process is gone); replaying those")
-        elif self.meta.stopped_early or (planned is None and self.meta.status != "finished"):
-            self.note("FL312", f"the recording ran {self.meta.epochs_text()} epochs; replaying epochs 0-{epochs - 1}"
-                      if epochs else f"the recording ran {self.meta.epochs_text()} epochs; there is nothing to replay")
-        cp = self.checkpoints
-        restorable = {e for e in range(epochs) if cp.restorable(e)}
-        epoch_range = self.settings.epoch_range
-        within = select(epochs, epoch_range) if epoch_range else None
-        if epoch_range and within is not None and len(within) == 0:
-            raise ReplayError(f"--flor_epochs {epoch_range[0]}:{epoch_range[1] or ''} "
-                              f"selects no epoch of the recording's {epochs}: epochs are 0 to {epochs - 1}")
-        plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
-        while cp.drop_damaged(range(plan.first, plan.stop)):  # what a damaged manifest held is not restorable
-            restorable = {e for e in range(epochs) if cp.restorable(e)}
-            plan = make_plan(epochs, self.pid, self.ngpus, restorable, strong=self.settings.strong, within=within)
-        for text in check_replay_world(self.ngpus, self.meta, plan, restorable):
-            self.note("FL313", text)
-        self.plan = cp.plan = plan
-        if self.store.blobs.remote is not None:  # fetch the coming epochs' blobs from S3 ahead of need
-            from ..store.sync import prefetch_plan
-
-            prefetch_plan(self.store, self.run, self.meta, range(plan.first, plan.stop), cp.available)
-        cp.anchored = plan.first == 0
+        plan = plan_loop(length, meta=self.meta, run=self.run, alive=self.recording_alive, checkpoints=self.checkpoints,
+                         store=self.store, settings=self.settings, pid=self.pid, ngpus=self.ngpus, note=self.note)
+        self.plan = self.checkpoints.plan = plan
+        self.checkpoints.anchored = plan.first == 0
         seg = f"{plan.segment.start}-{plan.segment.stop - 1}" if len(plan.segment) else "none"
         init = f"{plan.init.start}-{plan.init.stop - 1}" if len(plan.init) else "none"
         self.summary.header = (f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, worker "
@@ -440,8 +392,8 @@ class ReplaySession(Session):
             outputs = [self.logs.path, self.summary_path, self.layout.replay_output(self.replay_id, self.pid)]
             keys = [p.relative_to(self.store.root).as_posix() for p in outputs]
             spool_files(self.store, self.settings.spool, keys)
-        if self.settings.export:
-            self._export()
+        if self.settings.export:  # --flor_export: by a replay that covered every epoch alone
+            export_at_end(self.store, self.run, self.settings, self.pid, self.ngpus)
         if s.exit_status and self.exit_error is None:  # diverged, or a condition of CONDITIONS: not exact
             sys.stdout.flush()
             sys.stderr.flush()

@@ -24,7 +24,12 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any, Callable, Sequence
 
-__all__ = ["MLFLOW_QUIET", "TrackerHook", "quiet_trackers", "seen"]
+from ..errors import FlorError
+from ..settings import Settings
+from ..store import ExperimentStore
+from ..store.runmeta import RunMeta
+
+__all__ = ["MLFLOW_QUIET", "TrackerHook", "export_at_end", "quiet_trackers", "recorded_mlflow_run", "seen"]
 
 
 def seen(frame: FrameType | None) -> dict[str, dict[str, Any]]:
@@ -252,3 +257,29 @@ def quiet_trackers(folder: Callable[[], Path], run_id: Callable[[], str | None])
             then(module)
     sys.meta_path.insert(0, hook)
     return hook
+
+
+def recorded_mlflow_run(meta: RunMeta) -> str | None:
+    """The MLflow run id the recording noted, which a replay's ``mlflow.start_run()`` answers with."""
+    note = meta.trackers.get("mlflow") or {}
+    return note.get("run_id") if isinstance(note.get("run_id"), str) else None
+
+
+def export_at_end(store: ExperimentStore, run: str, settings: Settings, pid: int, ngpus: int) -> None:
+    """``--flor_export``: the run's values into the trackers, by a replay that covered every epoch
+    alone; a worker of several leaves it to ``flor replay --export``, which runs it once after all.
+    Never raises: a failed export is a note (FL362), the replay's values are kept."""
+    if ngpus != 1:
+        print(f"flor: FL361 --flor_export: worker {pid} of {ngpus} does not export (the others may "
+              f"not have finished); run `flor export {settings.name} --to "
+              f"{','.join(settings.export)}` after the last, or replay with flor replay --export",
+              file=sys.stderr)
+        return
+    from ..export import export_run
+
+    for target in settings.export:
+        try:
+            print(f"flor: {export_run(store, run, target).line()}", file=sys.stderr)
+        except FlorError as exc:
+            print(f"flor: FL362 --flor_export {target} failed: {exc}; the replay's values are kept, export them "
+                  f"with `flor export {settings.name} --to {target}`", file=sys.stderr)

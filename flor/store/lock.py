@@ -7,7 +7,7 @@ to lack permission for; released by the kernel when the process dies, even by SI
 a repair takes it exclusively, without waiting: while any recording runs, a repair refuses;
 while a repair runs, a recording that starts waits for it, up to ``WAIT_S``, and then goes on
 without the lock, warning (FL419): training never waits longer on flor. A repair also keeps
-blobs younger than a grace period whatever the lock says (``flor.store.check.repair``).
+blobs younger than a grace period whatever the lock says (``flor.store.repair``).
 
 >>> import tempfile
 >>> root = Path(tempfile.mkdtemp())
