@@ -137,7 +137,7 @@ AS_NOBODY = """
 import os, sys, warnings
 sys.argv = ["flor", *sys.argv[1:]]
 import json, difflib, numpy
-import flor.cli, flor.cli.verify, flor.cli.analysis, flor.store.check, flor.store.lock, flor.analysis.show
+import flor.cli, flor.cli.verify, flor.cli.analysis, flor.store.check, flor.store.repair, flor.store.lock, flor.analysis.show
 import flor.analysis.frame, flor.analysis.output, flor.analysis.metrics, flor.store.experiment, locale, fcntl
 flor.cli.build_parser()
 os.setgroups([]); os.setgid(%d); os.setuid(%d)
