@@ -15,7 +15,6 @@ snapshots queued and the process waited at exit.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import TRAIN, command, env, median, run, run_meta, save, table
+from common import TRAIN, command, env, median, run, run_meta, save_unless_quick, table
 
 
 def busy_loops(n: int) -> list[subprocess.Popen]:
@@ -88,10 +87,7 @@ def main() -> None:
         result[variant] = entry
         rows.append([variant, med, entry.get("ratio_median_of_pairs", 1.0), entry.get("ratio_to_plain_raised", "")])
     print(table(rows, ["variant", "median wall s", "/ plain (median of pairs)", "/ plain raised"]))
-    if opts.quick:  # a smoke test never replaces the committed figures
-        print(json.dumps(result, indent=1))
-    else:
-        print(f"-> {save('busy_machine', result)}")
+    save_unless_quick('busy_machine', result, opts.quick)
 
 
 if __name__ == "__main__":

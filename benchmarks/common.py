@@ -107,6 +107,12 @@ def save(name: str, result: dict[str, Any]) -> Path:
     return path
 
 
+def save_unless_quick(name: str, result: dict[str, Any], quick: bool) -> None:
+    """Save ``result`` as results/NAME.json, but for a smoke test (``quick``), which only prints it:
+    a smoke test never replaces the committed figures."""
+    print(json.dumps(result, indent=1) if quick else f"results: {save(name, result)}")
+
+
 def table(rows: list[list[Any]], header: list[str]) -> str:
     cells = [header] + [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]

@@ -1,6 +1,9 @@
 """This flor side by side with the original FLOR (pyflor 2.4.0) on one script, one interleaved run.
 
-    python benchmarks/vs_flor.py [--rounds 5] [--epochs 6] [--quick]
+    python benchmarks/vs_flor.py [--rounds 5] [--epochs 6] [--quick] [--defaults]
+
+``--defaults``: both at their default settings instead (this flor with no budget flag, pyflor
+with its default epsilon 1/15), without the ``_pinned`` set; results: results/vs_flor_default.json.
 
 Makes its own virtualenv (``python -m venv --system-site-packages``: it reuses this machine's
 torch 2.13.0 CPU, then ``pip install pyflor==2.4.0``; cached in $FLOR_VS_VENV or
@@ -35,6 +38,7 @@ allocator is out of the comparison and what remains is what each one's checkpoin
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -89,6 +93,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="1 round, 2 epochs: a smoke test")
+    ap.add_argument("--defaults", action="store_true", help="both at their default checkpoint settings")
     opts = ap.parse_args()
     rounds, epochs = (1, 2) if opts.quick else (opts.rounds, opts.epochs)
     tmp = Path(tempfile.mkdtemp(prefix="flor-vs-"))
@@ -103,7 +108,9 @@ def main() -> None:
             raise SystemExit(f"pyflor unavailable: {exc}")
         (tmp / "launch.py").write_text(LAUNCH)
         args = ["--epochs", str(epochs), "--steps", str(opts.steps)]
-        names = [*RECORDS, "plain_raised", *(f"{k}_pinned" for k in RECORDS), "flor_replay", "pyflor_replay"]
+        names = [*RECORDS, "plain_raised", *([] if opts.defaults else [f"{k}_pinned" for k in RECORDS]),
+                 "flor_replay", "pyflor_replay"]
+        kept: list[int] = []  # the epochs this flor's recordings checkpointed
         walls: dict[str, list[float]] = {k: [] for k in names}
         rss: dict[str, list[float]] = {k: [] for k in walls}
         faults: dict[str, list[int]] = {k: [] for k in walls}
@@ -119,16 +126,19 @@ def main() -> None:
             subprocess.run(git + ["commit", "-qm", "script"], check=True, env=base)
             home = tmp / f"home{r}"
             (home / ".flor").mkdir(parents=True)
-            florenv = {**base, "FLOR_HOME": str(tmp / f"florhome{r}"), "FLOR_EVERY": "1", "HOME": str(home)}
+            florenv = {**base, "FLOR_HOME": str(tmp / f"florhome{r}"), "HOME": str(home),
+                       **({} if opts.defaults else {"FLOR_EVERY": "1"})}
+            epsilon = [] if opts.defaults else ["0.99"]
             pyenv = {**base, "HOME": str(home)}
             plan = [("plain", [sys.executable, "train.py", *args], base),
                     ("flor", [sys.executable, "train.py", *args, "--flor", "vs"], florenv),
-                    ("pyflor", [str(py), str(tmp / "launch.py"), "train.py", *args, "--flor", "vs", "0.99"], pyenv),
+                    ("pyflor", [str(py), str(tmp / "launch.py"), "train.py", *args, "--flor", "vs", *epsilon], pyenv),
                     ("flor_replay", [sys.executable, "train.py", *args, "--hindsight", "--flor", "vs",
                                      "--replay_flor"], florenv),
                     ("pyflor_replay", [str(py), str(tmp / "launch.py"), "train.py", *args, "--hindsight",
                                        "--replay_flor"], pyenv)]
-            plan[3:3] = [(f"{name}_pinned", cmd, {**env, **PINNED}) for name, cmd, env in plan[:3]]
+            if not opts.defaults:
+                plan[3:3] = [(f"{name}_pinned", cmd, {**env, **PINNED}) for name, cmd, env in plan[:3]]
             # plain with glibc's thresholds raised as flor raises them (flor.malloc): flor's
             # checkpoints alone, the allocator in the same state
             plan[1:1] = [("plain_raised", [sys.executable, "-c", RAISED, "train.py", *args], base)]
@@ -145,6 +155,9 @@ def main() -> None:
                 rss[name].append(peak)
                 faults[name].append(flt)
                 print(f"round {r} {name}: {wall:.2f} s, peak {peak:.0f} MiB, {flt} minor faults", flush=True)
+                if name == "flor":
+                    meta = json.loads(max((tmp / f"florhome{r}" / "vs" / "runs").glob("*/run.json")).read_text())
+                    kept.append(len(meta["checkpoint_policy"]["checkpointed_epochs"]))
             stored["flor"].append(dir_bytes(tmp / f"florhome{r}"))
             stored["pyflor"].append(dir_bytes(home / ".flor"))
         med = {k: median(v) for k, v in walls.items()}
@@ -163,20 +176,22 @@ def main() -> None:
             "minor_faults_runs": faults,
             "record_overhead": {k: med[k] / plain - 1 for k in ("flor", "pyflor")},
             "record_overhead_paired": {k: paired(k, "plain") for k in ("flor", "pyflor")},
-            "record_overhead_paired_pinned": {k: paired(f"{k}_pinned", "plain_pinned") for k in ("flor", "pyflor")},
+            "settings": "defaults" if opts.defaults else "every epoch", "flor_kept_epochs": kept,
             # against plain with glibc's thresholds raised as flor raises them (flor.malloc)
             "record_overhead_paired_raised": {k: paired(k, "plain_raised") for k in ("flor", "pyflor")},
             "plain_raised_over_plain": paired("plain_raised", "plain") + 1,
             "replay_paired_flor_over_pyflor": paired("flor_replay", "pyflor_replay") + 1,
             # this flor's recording over pyflor's, round by round: no plain run (and its fault mode) in between
             "record_paired_flor_over_pyflor": paired("flor", "pyflor") + 1,
-            "record_paired_flor_over_pyflor_pinned": paired("flor_pinned", "pyflor_pinned") + 1,
             "stored_bytes": {k: median(v) for k, v in stored.items()},
             "replay_speedup_vs_plain": {k: plain / med[f"{k}_replay"] for k in ("flor", "pyflor")},
         }
         rows = [["plain_raised", med["plain_raised"], f"{paired('plain_raised', 'plain'):+.1%}",
                  result["peak_rss_mib"]["plain_raised"], result["minor_faults"]["plain_raised"], "", ""]]
-        for suffix in ("", "_pinned"):
+        if not opts.defaults:
+            result["record_overhead_paired_pinned"] = {k: paired(f"{k}_pinned", "plain_pinned") for k in ("flor", "pyflor")}
+            result["record_paired_flor_over_pyflor_pinned"] = paired("flor_pinned", "pyflor_pinned") + 1
+        for suffix in ("",) if opts.defaults else ("", "_pinned"):
             for k in RECORDS:
                 name = k + suffix
                 over = "" if k == "plain" else f"{paired(name, 'plain' + suffix):+.1%}"
@@ -187,11 +202,10 @@ def main() -> None:
                            "replay wall s"]))
         print("against plain with glibc's thresholds raised: " + ", ".join(
             f"{k} {v:+.1%}" for k, v in result["record_overhead_paired_raised"].items()))
-        print(f"record flor/pyflor {result['record_paired_flor_over_pyflor']:.3f}x paired "
-              f"({result['record_paired_flor_over_pyflor_pinned']:.3f}x heap kept)")
+        print(f"record flor/pyflor {result['record_paired_flor_over_pyflor']:.3f}x paired; flor kept {kept} epochs")
         print(f"replay flor/pyflor {result['replay_paired_flor_over_pyflor']:.2f}x paired (replays read from the "
               "disk); _pinned: glibc keeps its heap (" + ", ".join(f"{k}={v}" for k, v in PINNED.items()) + ")")
-        print("wrote", save("vs_flor", result))
+        print("wrote", save("vs_flor_default" if opts.defaults else "vs_flor", result))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

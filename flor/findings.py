@@ -217,6 +217,9 @@ CATALOGUE: dict[str, Entry] = {
                    "move it out of the run's folder"),
     "FL503": Entry("the launcher starts fewer workers than asked, or more threads than cores",
                    "ask for fewer workers or --threads"),
+    "FL504": Entry("the --workers asked for are estimated slower than fewer (each worker's start-up against its "
+                   "segment's work, workers sharing the cores)",
+                   "leave --workers out (the launcher takes the fastest count) or see `flor replay --plan`"),
     # -- FL6: framework integrations (flor.integrations) ---------------------------------------
     "FL601": Entry("epoch-level values logged in training_step that a replay cannot rebuild for a restored epoch "
                    "(not a tensor, or a reduction other than mean, sum, max or min)",

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["CHARGE_IDLE", "CHARGE_SHARED", "IDLE_CORE", "CheckpointPolicy", "charge_for"]
+__all__ = ["CEILING", "CHARGE_IDLE", "CHARGE_SHARED", "IDLE_CORE", "PAYBACK", "CheckpointPolicy", "charge_for"]
 
 #: what the budget is charged with, as run.json's ``checkpoint_policy.charged`` and the exit line say
 CHARGE_SHARED = "stall + writer CPU (cores shared)"
 CHARGE_IDLE = "stall + training's wait for the writer's GIL (a core idle beside training)"
 #: idle cores (on average since the last reading) that count as one the writer may use
 IDLE_CORE = 0.8
+#: past the budget, an epoch is still checkpointed when a replay's saving is at least this many times its cost
+PAYBACK = 20
+#: ... while all checkpoints together cost at most this many times the budget (5% at the default 1%)
+CEILING = 5
 
 
 def charge_for(idle: float | None) -> str:
@@ -50,6 +54,15 @@ class CheckpointPolicy:
     ~2 ms and ~5 ms of the writer's GIL time, against ~0.6 and ~1.5 ms for the next ones); it
     is charged, but is no estimate, and no debt either: being taken whatever it costs, it does
     not thin out the next ones, whose own costs are weighed against the budget.
+
+    The budget weighs only what a recording pays; a missing checkpoint costs every replay that
+    passes the epoch a re-execution of the block (the original FLOR weighed restore against
+    recompute). So past the budget an epoch is still checkpointed when its expected cost is at
+    most 1/``PAYBACK`` of what it saves a replay (the block's last run, less a restore, estimated
+    at what writing the checkpoint cost), while all checkpoints cost at most ``CEILING`` times
+    the budget; those epochs are ``for_replay`` (run.json ``replay_epochs``, the exit line). Small
+    models, whose checkpoints are a few milliseconds against seconds of training, stay dense;
+    a checkpoint that costs a twentieth of its block or more never passes the budget.
     With ``every`` set, the schedule is fixed instead: epochs 0, N, 2N, ...
 
     >>> p = CheckpointPolicy(overhead=0.01)
@@ -72,6 +85,10 @@ class CheckpointPolicy:
     0.001
     >>> round(p.charged_s, 6), p.describe()["gil_s"], p.describe()["gil_waited_s"]
     (0.002, 0.004, 0.001)
+    >>> p = CheckpointPolicy(overhead=0.01)           # 3% of a 1 s block: past the budget, but pays back
+    >>> p.observe("train", 0, stall=0.03)
+    >>> p.due("train", 1, elapsed=2.0, run_s=1.0), p.due("train", 2, elapsed=3.0, run_s=0.5), p.for_replay
+    (True, False, [1])
     """
 
     overhead: float = 0.01
@@ -93,9 +110,11 @@ class CheckpointPolicy:
     held: dict[str, float] = field(default_factory=dict)  # per block: the GIL time its last checkpoint was charged
     checkpointed: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
+    for_replay: list[int] = field(default_factory=list)  # of them, those kept past the budget: they pay back
 
-    def due(self, block: str, epoch: int | None, *, elapsed: float) -> bool:
-        """Whether to checkpoint ``block`` at ``epoch``, ``elapsed`` seconds into training."""
+    def due(self, block: str, epoch: int | None, *, elapsed: float, run_s: float | None = None) -> bool:
+        """Whether to checkpoint ``block`` at ``epoch``, ``elapsed`` seconds into training;
+        ``run_s``: the block's last run (what a replay re-executes without this checkpoint)."""
         if epoch is None:
             return True  # blocks outside the loop run once: always memoize them
         if self.every is not None:
@@ -108,10 +127,25 @@ class CheckpointPolicy:
             spent = self.charged_s - self.watch_fixed_s - self.first_charged_s
             if block not in self.estimate:  # its first checkpoint measures it, whatever the probes cost so far
                 spent = self.charged_s - self.watch_s
-            ok = spent + expected <= self.overhead * max(elapsed - spent, 0.0)
+            training = max(elapsed - spent, 0.0)
+            ok = spent + expected <= self.overhead * training
+            if not ok and run_s is not None and block in self.estimate and self.pays_back(expected, run_s):
+                ok = spent + expected <= CEILING * self.overhead * training
+                if ok and (not self.for_replay or self.for_replay[-1] != epoch):
+                    self.for_replay.append(epoch)
         if not ok and (not self.skipped or self.skipped[-1] != epoch):
             self.skipped.append(epoch)
         return ok
+
+    @staticmethod
+    def pays_back(cost: float, run_s: float) -> bool:
+        """Whether a checkpoint that costs ``cost`` saves a replay ``PAYBACK`` times that: the
+        block's run, less the restore (about what the writing cost).
+
+        >>> CheckpointPolicy.pays_back(0.04, 1.0), CheckpointPolicy.pays_back(0.06, 1.0)
+        (True, False)
+        """
+        return cost * PAYBACK <= run_s - cost
 
     def observe(self, block: str, epoch: int | None, *, stall: float, first: bool = False) -> None:
         """Account the measured stall of one checkpoint (``first``: the block's first)."""
@@ -193,6 +227,9 @@ class CheckpointPolicy:
         """  # noqa: E501 - a doctest's expected output is one line
         done = len([e for e in self.checkpointed if e not in failed])
         rule = f"--flor_every {self.every}" if self.every is not None else f"--flor_overhead {self.overhead:.1%}"
+        if self.for_replay:
+            rule += (f"; {len(self.for_replay)} past it, each saving a replay {PAYBACK}x its cost, "
+                     f"up to {CEILING * self.overhead:.1%}")
         share = self.charged_s / max(training_s - self.charged_s, 1e-9)
         total = len(self.checkpointed) + len(self.skipped)
         return (f"checkpointed {done} of {total} epochs for {share:.2%} of training time "
@@ -207,4 +244,5 @@ class CheckpointPolicy:
             "background_share_s": round(self.background_s, 6), "gil_s": round(self.held_s, 6),
             "gil_waited_s": round(self.waited_s, 6),
             "checkpointed_epochs": self.checkpointed, "skipped_epochs": self.skipped,
+            "replay_epochs": self.for_replay, "payback": PAYBACK, "ceiling": round(CEILING * self.overhead, 6),
         }

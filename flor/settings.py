@@ -16,8 +16,9 @@ flag                           variable             meaning
 ``--flor_lenient``             ``FLOR_LENIENT=1``   the same as ``--flor_verdict lenient``
 ``--flor_strong``              ``FLOR_STRONG=1``    initialize a replay worker from epoch 0
 ``--flor_every N``             ``FLOR_EVERY``       record: checkpoint every N-th epoch (no adaptation)
-``--flor_overhead F``          ``FLOR_OVERHEAD``    record: checkpoint stall budget, a fraction of
-                                                    training time (default 0.01 = 1%)
+``--flor_overhead F``          ``FLOR_OVERHEAD``    record: checkpoint budget, a fraction of training
+                                                    time (default 0.01 = 1%); past it, checkpoints that
+                                                    save a replay 20x their cost, up to 5x it
 ``--flor_spool URL``           ``FLOR_SPOOL``       spool to (record) or fetch from (replay) ``s3://bucket/prefix``
 ``--flor_epochs A:B``          ``FLOR_EPOCHS``      replay only epochs A..B-1 (a slice: ``40:61``, ``40:``,
                                                     ``:10``, ``7``)

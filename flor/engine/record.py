@@ -262,7 +262,7 @@ class RecordSession(Session):
         training_s = time.perf_counter() - (self.loop_started or self.block_started) + (last[-1] if last else 0.0)
         policy = self.checkpoints.policy
         self._observe_watch()
-        self.due = policy.due(name, epoch, elapsed=training_s)
+        self.due = policy.due(name, epoch, elapsed=training_s, run_s=last[-1] if last else None)
         self.watch.enter(name, epoch, occ, caller_frame(), note=self.due)  # what the block starts from
         if self.due:  # the RNG state it starts from goes into its checkpoint only
             self.checkpoints.block_started()

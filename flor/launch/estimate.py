@@ -161,6 +161,10 @@ def startup(run_dir: Path, meta: RunMeta) -> tuple[float, str]:
     return DEFAULT_STARTUP_S, "assumed: nothing measured yet"
 
 
+#: an asked worker count estimated this much slower than the fastest count is named (FL504)
+SLOWER_BY = 1.15
+
+
 @dataclass
 class ReplayEstimate:
     """The plan and estimated seconds of a replay with ``workers`` workers, and the fastest count."""
@@ -181,6 +185,23 @@ class ReplayEstimate:
     @property
     def total_s(self) -> float:
         return max(self.seconds) if self.seconds else 0.0
+
+    def slower_than_fewer(self) -> str | None:
+        """A note where these workers are estimated slower than fewer (each worker's start-up
+        against its segment's work, workers sharing the cores) by more than ``SLOWER_BY``.
+
+        >>> est = ReplayEstimate(2, [], [9.0, 8.0], (1, 6.0), {1: 6.0, 2: 9.0}, 2.0, "", set(), 1.6, 1)
+        >>> est.slower_than_fewer()[:60]
+        '--workers 2: estimated 9.0 s, slower than 1 worker(s) at 6.0'
+        >>> ReplayEstimate(2, [], [6.5], (1, 6.0), {1: 6.0, 2: 6.5}, 2.0, "", set(), 1.0, 1).slower_than_fewer()
+        """
+        best, best_s = self.fastest
+        mine = self.by_count.get(self.workers, self.total_s)
+        if best >= self.workers or mine <= best_s * SLOWER_BY:
+            return None
+        return (f"--workers {self.workers}: estimated {mine:.1f} s, slower than {best} worker(s) at {best_s:.1f} s "
+                f"on this machine (each worker's start-up against its segment's work; `flor replay --plan` shows "
+                f"each count)")
 
 
 def _slowdown(n: int, threads: int, gpus: Sequence[str] | None, busy: float) -> float:

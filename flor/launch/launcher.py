@@ -355,6 +355,8 @@ class Launch:
                              f"{self.workers} workers{tail}\n")
         for note in self._placement_notes():
             self._emit(self.err, f"flor: FL503 {note}\n")
+        if self.asked and not self.resumed and (slower := self.estimate.slower_than_fewer()) is not None:
+            self._emit(self.err, f"flor: FL504 {slower}\n")
         for s in pending:  # an earlier attempt's files go first, so its marks are not read as progress
             retire_worker_files(self.run_dir, self.replay_id, s.index)
         for s in pending:

@@ -125,3 +125,55 @@ def test_the_probes_are_charged_but_never_keep_a_block_from_its_first_checkpoint
     p.observe("train", 0, stall=0.01)
     assert not p.due("train", 1, elapsed=20.0)  # 0.51 s spent of 0.2 s allowed
     assert p.due("train", 2, elapsed=70.0)
+
+
+def replay_weighed(*, epoch_s: float, cost: float, epochs: int = 20, overhead: float = 0.01,
+                   payback: bool = True) -> CheckpointPolicy:
+    """A schedule where the block is the whole epoch and each checkpoint costs ``cost`` (shared cores)."""
+    p = CheckpointPolicy(overhead=overhead, charge=CHARGE_SHARED)
+    elapsed = 0.0
+    for epoch in range(epochs):
+        elapsed += epoch_s
+        if p.due("train", epoch, elapsed=elapsed, run_s=epoch_s if payback else None):
+            p.observe("train", epoch, stall=cost / 4, first=epoch == 0)
+            p.observe_background("train", cost * 3 / 4, first=epoch == 0)
+            elapsed += cost
+    return p
+
+
+def test_a_checkpoint_that_saves_a_replay_twenty_times_its_cost_is_kept_past_the_budget():
+    # 3% of its block: over a 1% budget, but a replay that restores it skips 33x its cost
+    p = replay_weighed(epoch_s=1.0, cost=0.03)
+    budget_only = replay_weighed(epoch_s=1.0, cost=0.03, payback=False)
+    assert len(budget_only.checkpointed) <= 8  # the budget alone thins it out
+    # the first is taken, the second once the first is paid for (it is no estimate), the rest pay back
+    assert p.checkpointed == [0, *range(2, 20)] and p.skipped == [1]
+    assert p.for_replay == list(range(3, 20))
+    training = 20 * 1.0
+    assert 0.01 * training < p.charged_s <= 0.05 * training  # past the budget, under its ceiling
+    d = p.describe()
+    assert d["replay_epochs"] == list(range(3, 20)) and d["payback"] == 20 and d["ceiling"] == 0.05
+    line = p.summary(training + p.charged_s)
+    assert line.startswith("checkpointed 19 of 20 epochs") and "17 past it" in line and "up to 5.0%" in line
+
+
+def test_a_checkpoint_that_does_not_pay_back_stays_within_the_budget():
+    # 8% of its block: a replay saves only 11x its cost; thinned to the 1% budget as before
+    p = replay_weighed(epoch_s=1.0, cost=0.08)
+    assert p.for_replay == []
+    assert p.checkpointed == replay_weighed(epoch_s=1.0, cost=0.08, payback=False).checkpointed
+    assert 2 <= len(p.checkpointed) <= 5
+
+
+def test_the_ceiling_follows_the_budget():
+    # a tenth of the default budget: paying back may cost at most five of those budgets (0.5%)
+    p = replay_weighed(epoch_s=1.0, cost=0.03, overhead=0.001, epochs=60)
+    assert p.for_replay and p.skipped
+    assert p.charged_s <= 0.005 * 60 + 0.03 + 0.03  # the first, and at most one over
+    assert len(p.checkpointed) < len(replay_weighed(epoch_s=1.0, cost=0.03, epochs=60).checkpointed)
+
+
+def test_a_fixed_schedule_is_not_weighed():
+    p = CheckpointPolicy(overhead=0.01, every=3)
+    assert [e for e in range(9) if p.due("train", e, elapsed=float(e + 1), run_s=1.0)] == [0, 3, 6]
+    assert p.for_replay == []
