@@ -8,7 +8,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["log_call", "storage", "record_overhead", "replay_speedup", "parallel_replay", "flor_replay",
-              "reliability", "busy_machine", "writer_floor", "checkpoint_fixed_cost", "loop_state_cost", "vs_flor"]
+              "reliability", "busy_machine", "writer_floor", "checkpoint_fixed_cost", "loop_state_cost", "vs_flor",
+              "small_models", "habits", "auto_workers", "overhead_parts", "iteration_loop", "frameworks"]
 
 if __name__ == "__main__":
     import torch

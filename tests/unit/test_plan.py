@@ -142,3 +142,21 @@ def test_fastest_weighs_startup_and_sharing():
     assert (n, t) == (4, 2.0 + 0.75 + 2 * 10.75)
     # restored epochs are cheap: startup dominates, and on 2 cores a third worker only adds sharing
     assert fastest(COSTS, range(8), startup_s=2.0, max_workers=8, slowdown=lambda n: max(1.0, n / 2)) == (2, 5.75)
+
+
+def test_fastest_takes_more_workers_only_when_clearly_faster():
+    """`flor replay` without --workers took 2 workers where the estimate saw a small gain and
+    start-up under contention made them slower than one (13.0 s against 3.8 s): a count is now
+    taken only when estimated FASTER_BY faster than fewer."""
+    from flor.plan import FASTER_BY
+
+    costs = [EpochCost(0.1, (BlockCost("train", 1.0, 0.05, True),))] * 12
+    # two workers 10% faster on paper (start-up 1 s each, 12 cheap restored epochs): one is kept
+    one = estimate(costs, 1, range(12), startup_s=1.0)[0]
+    slow = 0.9 * one / max(estimate(costs, 2, range(12), startup_s=1.0))  # leaves two workers 10% ahead
+    two = max(estimate(costs, 2, range(12), startup_s=1.0, slowdown=slow))
+    assert slow > 1.0
+    assert two < one and two > one * (1 - FASTER_BY)
+    assert fastest(costs, range(12), startup_s=1.0, max_workers=2, slowdown=lambda n: slow if n == 2 else 1.0)[0] == 1
+    # clearly faster (no sharing): two
+    assert fastest(costs, range(12), startup_s=0.5, max_workers=2, probed=True)[0] == 2
