@@ -185,16 +185,6 @@ class _TrainingResults:
                 metric._forward_cache = metric.value.clone()
 
 
-def _recorded_names(epochs: Epochs) -> set[str] | None:
-    """The names the recording logged, when replaying (None when recording)."""
-    session: Any = epochs.session
-    if session is None or session.mode != "replay":
-        return None
-    from ..store.runlogs import read_run_logs
-
-    return {r["name"] for r in read_run_logs(session.run_dir, session.run) if r["source"] == "record"}
-
-
 class _WriteNothing:
     """A replay's checkpoint IO: ``ModelCheckpoint`` decides and tracks as in the full run, but
     the recording's checkpoint files are neither written again nor removed."""
@@ -352,7 +342,7 @@ class FlorCallback(*_bases()):  # type: ignore[misc]
             trainer.fit_loop.epoch_loop.__dict__.pop("advance", None)
         self._skipping = False
         if self._results is None:
-            self._results = _TrainingResults(trainer, _recorded_names(epochs))
+            self._results = _TrainingResults(trainer, epochs.recorded_names())
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         epochs.checkpoint(pl_module, *trainer.optimizers, *schedulers, _LoopState(trainer),
                           _CallbackState(trainer, self), self._results, trainer.precision_plugin)

@@ -21,6 +21,12 @@ still never ran.
 >>> current = recorded.replace("    return loss", "    flor.log('loss', loss)\\n    return loss")
 >>> new_logs(recorded, current)
 [NewLog(name='loss', line=4, function='train', blocks=('train',))]
+
+A script that trains with a framework's Trainer and ``flor.integrations`` has no ``step_into``:
+the callback runs one block an epoch, ``"training"`` (``flor.hooks.Epochs``), and the Trainer
+calls the script's training hooks in it (``compute_loss``, ``training_step``, a callback's
+``on_step_end``...). A new ``flor.log`` in one of those, or in a function it calls, is run by
+that block.
 """
 
 from __future__ import annotations
@@ -32,6 +38,17 @@ from typing import NamedTuple
 from .edits import dotted
 
 __all__ = ["NewLog", "new_logs"]
+
+#: the block flor.hooks.Epochs runs each epoch's training steps in (what the integrations drive)
+FRAMEWORK_BLOCK = "training"
+
+#: methods a Trainer calls inside an epoch's training steps: Lightning's LightningModule and
+#: Callback hooks, the Hugging Face Trainer's overridable steps and TrainerCallback hooks
+TRAINING_HOOKS = frozenset({
+    "training_step", "on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward",
+    "on_before_optimizer_step", "on_before_zero_grad", "optimizer_step", "backward", "configure_gradient_clipping",
+    "compute_loss", "on_step_begin", "on_step_end", "on_substep_end", "on_pre_optimizer_step", "on_optimizer_step",
+})
 
 
 class NewLog(NamedTuple):
@@ -126,6 +143,16 @@ def _reaches(sites: _Sites, block: str) -> set[str]:
     return seen
 
 
+def _integrated(tree: ast.Module) -> bool:
+    """The script imports a ``flor.integrations`` module (a framework's Trainer drives its epochs)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flor.integrations"):
+            return True
+        if isinstance(node, ast.Import) and any(a.name.startswith("flor.integrations") for a in node.names):
+            return True
+    return False
+
+
 def new_logs(recorded: str, current: str) -> list[NewLog]:
     """The ``flor.log`` calls of ``current`` that ``recorded`` does not have (compared by their
     text, function and enclosing blocks, as often as they occur), each with the SkipBlocks that
@@ -141,6 +168,8 @@ def new_logs(recorded: str, current: str) -> list[NewLog]:
     have = Counter((ast.unparse(call), function, inside) for call, function, inside in old.logs)
     sites = _Sites()
     sites.visit(now)
+    if _integrated(now):  # the framework's block runs the script's training hooks
+        sites.block_calls.setdefault(FRAMEWORK_BLOCK, set()).update(TRAINING_HOOKS & set(sites.calls))
     reaching = {block: _reaches(sites, block) for block in sites.block_calls}
     out = []
     for call, function, inside in sites.logs:

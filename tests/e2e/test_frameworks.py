@@ -14,17 +14,22 @@ import subprocess
 import sys
 
 import pytest
-from helpers import Runner, values
+from helpers import Runner, said, values
 
 LIGHTNING_METRIC = {"        # VALIDATION": '        self.log("val_acc", (logits.argmax(1) == y).float().mean())',
                     "        # TRAINING": '        self.log("wmax", self.net[0].weight.abs().max(), on_step=False, on_epoch=True)'}
 #: the metric added in training_step needs its steps run: a probed replay re-executes them
 PROBED = {"FlorCallback(), Printer()": "FlorCallback(probed=True), Printer()"}
 HF_METRIC = {"    # METRICS": '    metrics["max_logit"] = float(logits.max())'}
+#: the loss of each training step (compute_loss also runs in evaluation: not a training step's)
+HF_TRAINING = {"        # TRAINING": "        if model.training:\n            print('STEP', json.dumps({'epoch': int(self.state.epoch), "
+               "'step': self.state.global_step, 'step_loss': flor.log('step_loss', float(loss.detach()), "
+               "step=self.state.global_step)}))"}
+HF_PROBED = {"FlorCallback()": "FlorCallback(probed=True)"}
 
 
-def printed(proc: subprocess.CompletedProcess) -> list[dict]:
-    return [json.loads(line[len("VALUES "):]) for line in proc.stdout.splitlines() if line.startswith("VALUES ")]
+def printed(proc: subprocess.CompletedProcess, mark: str = "VALUES") -> list[dict]:
+    return [json.loads(line[len(mark) + 1:]) for line in proc.stdout.splitlines() if line.startswith(mark + " ")]
 
 
 def replayed(r: Runner, name: str, proc: subprocess.CompletedProcess) -> dict[tuple, object]:
@@ -77,13 +82,13 @@ def test_lightning_record_then_hindsight_metric_replayed_whole_and_by_two_worker
     assert sorted({k[2] for k in got if k[0] == "train_loss_step"}) == list(range(17, 33))  # its steps, re-executed
 
 
-def test_hugging_face_record_then_hindsight_metric_replayed_as_two_segments_and_by_two_workers(tmp_path):
+def test_hugging_face_record_then_hindsight_metrics_replayed_by_two_workers_and_probed(tmp_path):
     pytest.importorskip("transformers")
     r = Runner(tmp_path)
     env = r.env(HF_HUB_OFFLINE="1")
     r.run(r.script("hf_trainer.py"), "--flor", "hf", env=env)
     saved = sorted(p.name for p in (tmp_path / "hf_out").iterdir())
-    edited = r.script("hf_trainer.py", HF_METRIC, dest="hindsight.py")
+    edited = r.script("hf_trainer.py", {**HF_METRIC, **HF_TRAINING}, dest="hindsight.py")
     before = r.tree()
     proc = r.run(edited, env=env)
     assert r.tree() == before and "flor:" not in proc.stderr  # inert without flags
@@ -92,14 +97,27 @@ def test_hugging_face_record_then_hindsight_metric_replayed_as_two_segments_and_
             if name not in ("epoch", "step") and not name.endswith(timings)}
     assert {k[1] for k in full if k[0] == "eval_max_logit"} == {0, 1, 2, 3}
     assert {k[0] for k in full} >= {"loss", "grad_norm", "learning_rate", "eval_loss", "eval_accuracy"}
+    evaluation = dict(full)
+    full.update({("step_loss", e["epoch"], e["step"]): e["step_loss"] for e in printed(proc, "STEP")})
+    assert sorted(k[2] for k in full if k[0] == "step_loss") == list(range(32))  # 8 steps an epoch
 
-    got: dict[tuple, object] = {}
-    for pid in (0, 1):
-        part = r.run(edited, "--flor", "hf", f"--replay_flor={pid}/2", env=env)
-        assert "flor: replay verified exact: 2 blocks restored, 0 executed" in part.stderr, part.stderr
-        got.update(replayed(r, "hf", part))
-    assert got == full  # the training loss and grad norm of restored epochs included
-    launch = r.flor("replay", "hf", "--workers", "2", "--", sys.executable, "hindsight.py", env=env)
+    # the compute_metrics entry, by the launcher's two workers: each restores its epochs, and the edit is
+    # logging only (no FL309)
+    r.script("hf_trainer.py", HF_METRIC, dest="metric.py")
+    launch = r.flor("replay", "hf", "--workers", "2", "--", sys.executable, "metric.py", env=env)
     assert "worker 1: epochs 2-3" in launch.stderr, launch.stderr
-    assert replayed(r, "hf", launch) == full
+    assert "4 blocks restored, 0 executed" in launch.stderr and not said(launch.stderr, "FL309"), launch.stderr
+    assert replayed(r, "hf", launch) == evaluation  # the training loss and grad norm of restored epochs included
+
+    # the loss of each training step needs the steps run: a flor.log added in compute_loss makes the replay
+    # re-execute them, as probed=True does (FL339), and each executed epoch is checked against the recording
+    got = {}
+    for pid, script in ((0, edited), (1, r.script("hf_trainer.py", {**HF_METRIC, **HF_TRAINING, **HF_PROBED},
+                                                   dest="probed.py"))):
+        part = r.run(script, "--flor", "hf", f"--replay_flor={pid}/2", env=env)
+        assert "verified exact: 0 blocks restored, 2 executed and checked (0 diverged)" in part.stderr, part.stderr
+        assert bool(said(part.stderr, "FL339", "step_loss")) is (pid == 0), part.stderr  # probed=True says nothing
+        assert not said(part.stderr, "FL309", "FL338"), part.stderr
+        got.update(replayed(r, "hf", part))
+    assert got == full
     assert sorted(p.name for p in (tmp_path / "hf_out").iterdir()) == saved  # no checkpoint folder written
