@@ -17,7 +17,10 @@ import pytest
 from helpers import Runner, said, values
 
 LIGHTNING_METRIC = {"        # VALIDATION": '        self.log("val_acc", (logits.argmax(1) == y).float().mean())',
+                    "        # EPOCH END": '        self.log("val_wmax", self.net[0].weight.abs().max())',
                     "        # TRAINING": '        self.log("wmax", self.net[0].weight.abs().max(), on_step=False, on_epoch=True)'}
+#: the same script on the unified package's namespace (``pip install lightning``)
+UNIFIED = {"pytorch_lightning": "lightning.pytorch"}
 #: the metric added in training_step needs its steps run: a probed replay re-executes them
 PROBED = {"FlorCallback(), Printer()": "FlorCallback(probed=True), Printer()"}
 HF_METRIC = {"    # METRICS": '    metrics["max_logit"] = float(logits.max())'}
@@ -39,10 +42,10 @@ def replayed(r: Runner, name: str, proc: subprocess.CompletedProcess) -> dict[tu
     return values([x for x in r.logs(name) if x["replay"] == rid])
 
 
-def inert_full_run(r: Runner, script) -> subprocess.CompletedProcess:
+def inert_full_run(r: Runner, script, env: dict | None = None) -> subprocess.CompletedProcess:
     """The edited script run without flor's flags: the store is untouched and flor says nothing."""
     before = r.tree()
-    proc = r.run(script)
+    proc = r.run(script, env=env)
     assert r.tree() == before
     assert "flor" not in proc.stderr.replace("flor.integrations", "")
     return proc
@@ -56,12 +59,12 @@ def test_lightning_record_then_hindsight_metric_replayed_whole_and_by_two_worker
     full = {(name, e["epoch"], None): v for e in printed(inert_full_run(r, edited)) for name, v in e["values"].items()}
     ckpts = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("lightning_logs/*/checkpoints/*.ckpt"))
     assert len(ckpts) == 2  # the recording's and the full run's
-    assert {k[1] for k in full if k[0] == "val_acc"} == {0, 1, 2, 3}  # the new metric, every epoch
+    assert {k[1] for k in full if k[0] in ("val_acc", "val_wmax")} == {0, 1, 2, 3}  # the new metrics, every epoch
     assert ("train_loss", 3, None) in full  # built from steps a replay skips: restored with the epoch
 
     # a whole replay by one worker: every epoch restored, the new validation metric at each
     whole = r.run(edited, "--flor", "lt", "--replay_flor")
-    assert "4 blocks restored, 0 executed" in whole.stderr, whole.stderr
+    assert "4 blocks restored, 0 executed" in whole.stderr and not said(whole.stderr, "FL309"), whole.stderr
     assert replayed(r, "lt", whole) == {k: v for k, v in full.items() if k[0] != "wmax"}
 
     # the launcher's two workers: worker 1 starts mid-run, from the checkpoint of epoch 1
@@ -80,6 +83,22 @@ def test_lightning_record_then_hindsight_metric_replayed_whole_and_by_two_worker
     got = replayed(r, "lt", proc)
     assert {k: v for k, v in got.items() if k[2] is None} == {k: v for k, v in full.items() if k[1] >= 2}  # wmax too
     assert sorted({k[2] for k in got if k[0] == "train_loss_step"}) == list(range(17, 33))  # its steps, re-executed
+
+
+def test_lightning_unified_namespace_record_then_hindsight_metric_replayed_whole(tmp_path):
+    """``from lightning.pytorch import ...``: the Trainer of the unified package takes the same callback."""
+    pytest.importorskip("lightning")
+    r = Runner(tmp_path)
+    env = r.env(EPOCHS="2", SAMPLES="128")
+    r.run(r.script("lightning_fit.py", UNIFIED), "--flor", "lt", env=env)
+    edited = r.script("lightning_fit.py", {**UNIFIED, **LIGHTNING_METRIC}, dest="hindsight.py")
+    assert "pytorch_lightning" not in edited.read_text()
+    full = {(name, e["epoch"], None): v for e in printed(inert_full_run(r, edited, env))
+            for name, v in e["values"].items()}
+    assert {k[1] for k in full if k[0] in ("val_acc", "val_wmax")} == {0, 1}
+    whole = r.run(edited, "--flor", "lt", "--replay_flor", env=env)
+    assert "2 blocks restored, 0 executed" in whole.stderr and not said(whole.stderr, "FL309"), whole.stderr
+    assert replayed(r, "lt", whole) == {k: v for k, v in full.items() if k[0] != "wmax"}
 
 
 def test_hugging_face_record_then_hindsight_metrics_replayed_by_two_workers_and_probed(tmp_path):
