@@ -82,3 +82,41 @@ def test_trainer_state_survives_capture_and_restore(tmp_path) -> None:
     # early stopping and ModelCheckpoint judge this epoch's validation against epoch 0's, as recorded
     assert (float(fresh.early_stopping_callback.best_score), fresh.checkpoint_callback.best_model_path) == capture.best
     assert capture.best[1].endswith("epoch=0-step=3.ckpt")
+
+
+# -- what the callback says while recording (flor.findings FL601, FL602) ----------------------
+
+class Averaged(Net):
+    """Logs a torchmetrics object at epoch level: Lightning reduces it itself, flor cannot rebuild it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.avg = pytest.importorskip("torchmetrics").MeanMetric()
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.avg.update(loss.detach())
+        self.log("avg_loss", self.avg, on_step=False, on_epoch=True)
+        return loss
+
+
+@pytest.mark.parametrize("module, trainer_kw, code, names", [
+    (Averaged, {}, "FL601", "avg_loss"),
+    (Net, {"val_check_interval": 0.5}, "FL602", "val_check_interval"),
+], ids=["FL601-torchmetrics-value", "FL602-mid-epoch-validation"])
+def test_recording_names_what_a_replay_cannot_rebuild(tmp_path, monkeypatch, module, trainer_kw, code, names) -> None:
+    from flor import hooks
+
+    from helpers import RecordingLoop, said
+
+    loop = RecordingLoop()
+    monkeypatch.setattr(hooks, "current", lambda: loop)
+    data = torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=4)
+    trainer = pl.Trainer(max_epochs=2, callbacks=[FlorCallback()], default_root_dir=str(tmp_path), logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+                         num_sanity_val_steps=0, enable_checkpointing=False, **trainer_kw)
+    with pytest.warns(RuntimeWarning) as caught:
+        trainer.fit(module(), data, data)
+    lines = [str(w.message) for w in caught if "flor: FL6" in str(w.message)]
+    assert len(said("\n".join(lines), code)) == 1 and names in lines[0], lines  # once, though every epoch has it
+    assert loop.ends == 2  # and each epoch is checkpointed all the same

@@ -73,3 +73,25 @@ def test_trainer_state_survives_capture_and_restore(tmp_path) -> None:
     assert (second._globalstep_last_logged, second._total_loss_scalar) == \
         (first._globalstep_last_logged, first._total_loss_scalar)
     assert (other.grad_norm, other.learning_rate) == (0.25, 1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["steps", "no"])
+def test_recording_names_an_evaluation_a_replay_cannot_run_FL603(tmp_path, monkeypatch, strategy) -> None:
+    from flor import hooks
+
+    from helpers import RecordingLoop, said
+
+    loop = RecordingLoop()
+    monkeypatch.setattr(hooks, "current", lambda: loop)
+    config = transformers.BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=16, max_position_embeddings=8, num_labels=2)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), num_train_epochs=2, per_device_train_batch_size=8,
+                                          eval_strategy=strategy, eval_steps=1, logging_strategy="epoch",
+                                          save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True)
+    with pytest.warns(RuntimeWarning) as caught:
+        trainer = transformers.Trainer(model=transformers.BertForSequenceClassification(config), args=args,
+                                       train_dataset=Tokens(0), eval_dataset=Tokens(1), callbacks=[FlorCallback()])
+    lines = said("\n".join(str(w.message) for w in caught), "FL603")
+    assert len(lines) == 1 and repr(strategy) in lines[0], lines
+    trainer.train()
+    assert loop.ends == 2  # each epoch is checkpointed all the same

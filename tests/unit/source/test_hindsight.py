@@ -79,3 +79,15 @@ def test_without_an_integration_a_training_hook_is_a_plain_function():
     plain = HF.replace("from flor.integrations.transformers import FlorCallback\n", "")
     (log,) = new_logs(plain, plain.replace("        return loss", "        flor.log('l', loss)\n        return loss"))
     assert log.blocks == ()
+
+
+def test_a_new_log_in_a_lightning_training_step_is_run_by_the_framework_block():
+    script = ("import flor\nfrom lightning.pytorch import LightningModule, Trainer\n"
+              "from flor.integrations.lightning import FlorCallback\n"
+              "class Net(LightningModule):\n    def training_step(self, batch, i):\n        loss = self.f(batch)\n"
+              "        return loss\n    def validation_step(self, batch, i):\n        self.log('v', self.f(batch))\n"
+              "Trainer(callbacks=[FlorCallback()]).fit(Net())\n")
+    edited = script.replace("        return loss", "        flor.log('loss', loss)\n        return loss")
+    edited = edited.replace("        self.log('v'", "        flor.log('v2', 1)\n        self.log('v'")
+    assert [(log.name, log.function, log.blocks) for log in new_logs(script, edited)] == \
+        [("loss", "training_step", ("training",)), ("v2", "validation_step", ())]
