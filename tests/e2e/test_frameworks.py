@@ -1,8 +1,10 @@
 """FlorCallback on real trainers: PyTorch Lightning and the Hugging Face Trainer, on the CPU, with
 tiny models built from code or configs (nothing downloaded) and synthetic data.
 
-Each trainer is recorded once; a metric is added to its validation afterwards (``self.log`` in
-``validation_step``, a new entry of ``compute_metrics``), and every value the replays give is
+Each trainer is recorded once; metrics are added to its validation afterwards (``self.log`` in
+``validation_step``, a new entry of ``compute_metrics``), which a replay gets by restoring every
+epoch, and to its training steps (``self.log`` in ``training_step``, ``flor.log`` in
+``compute_loss``), which a replay gets by re-executing them. Every value the replays give is
 compared (==) with what the edited script gives when it runs in full without flor, which also
 shows the callback is inert without flags (nothing written to the store, nothing said).
 """
@@ -16,13 +18,14 @@ import sys
 import pytest
 from helpers import Runner, said, values
 
-LIGHTNING_METRIC = {"        # VALIDATION": '        self.log("val_acc", (logits.argmax(1) == y).float().mean())',
-                    "        # EPOCH END": '        self.log("val_wmax", self.net[0].weight.abs().max())',
+LIGHTNING_VALIDATION = {
+    "        # VALIDATION": '        self.log("val_acc", (logits.argmax(1) == y).float().mean())',
+    "        # EPOCH END": '        self.log("val_wmax", self.net[0].weight.abs().max())'}
+#: and one in training_step: its values need the epoch's steps run, so a replay re-executes them (FL339)
+LIGHTNING_METRIC = {**LIGHTNING_VALIDATION,
                     "        # TRAINING": '        self.log("wmax", self.net[0].weight.abs().max(), on_step=False, on_epoch=True)'}
 #: the same script on the unified package's namespace (``pip install lightning``)
 UNIFIED = {"pytorch_lightning": "lightning.pytorch"}
-#: the metric added in training_step needs its steps run: a probed replay re-executes them
-PROBED = {"FlorCallback(), Printer()": "FlorCallback(probed=True), Printer()"}
 HF_METRIC = {"    # METRICS": '    metrics["max_logit"] = float(logits.max())'}
 #: the loss of each training step (compute_loss also runs in evaluation: not a training step's)
 HF_TRAINING = {"        # TRAINING": "        if model.training:\n            print('STEP', json.dumps({'epoch': int(self.state.epoch), "
@@ -62,27 +65,22 @@ def test_lightning_record_then_hindsight_metric_replayed_whole_and_by_two_worker
     assert {k[1] for k in full if k[0] in ("val_acc", "val_wmax")} == {0, 1, 2, 3}  # the new metrics, every epoch
     assert ("train_loss", 3, None) in full  # built from steps a replay skips: restored with the epoch
 
-    # a whole replay by one worker: every epoch restored, the new validation metric at each
-    whole = r.run(edited, "--flor", "lt", "--replay_flor")
+    # the validation metrics alone, replayed whole by one worker: every epoch restored, the new metrics at each
+    r.script("lightning_fit.py", LIGHTNING_VALIDATION, dest="validation.py")
+    whole = r.run(tmp_path / "validation.py", "--flor", "lt", "--replay_flor")
     assert "4 blocks restored, 0 executed" in whole.stderr and not said(whole.stderr, "FL309"), whole.stderr
     assert replayed(r, "lt", whole) == {k: v for k, v in full.items() if k[0] != "wmax"}
 
-    # the launcher's two workers: worker 1 starts mid-run, from the checkpoint of epoch 1
+    # with the metric of training_step too, by the launcher's two workers: each re-executes its epochs' steps
+    # (worker 1 from the checkpoint of epoch 1), each executed epoch checked against the recording
     launch = r.flor("replay", "lt", "--workers", "2", "--", sys.executable, "hindsight.py")
     assert "worker 1: epochs 2-3" in launch.stderr, launch.stderr
-    assert "4 blocks restored, 0 executed" in launch.stderr, launch.stderr
-    # wmax is logged in training_step, which a restored epoch does not run: the launch has all but it
-    assert replayed(r, "lt", launch) == {k: v for k, v in full.items() if k[0] != "wmax"}
+    assert "0 blocks restored, 4 executed and checked (0 diverged)" in launch.stderr, launch.stderr
+    got = replayed(r, "lt", launch)
+    assert {k: v for k, v in got.items() if k[2] is None} == full  # wmax too
+    assert sorted({k[2] for k in got if k[0] == "train_loss_step"}) == list(range(1, 33))  # every step, re-executed
     # the Trainer's own checkpoint files are a recording's: a replay writes none
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("lightning_logs/*/checkpoints/*.ckpt")) == ckpts
-
-    # probed, worker 1 of 2 restores epoch 1 and re-executes epochs 2-3 from it, each checked against the recording
-    probed = r.script("lightning_fit.py", {**LIGHTNING_METRIC, **PROBED}, dest="probed.py")
-    proc = r.run(probed, "--flor", "lt", "--replay_flor=1/2")
-    assert "0 blocks restored, 2 executed and checked (0 diverged)" in proc.stderr, proc.stderr
-    got = replayed(r, "lt", proc)
-    assert {k: v for k, v in got.items() if k[2] is None} == {k: v for k, v in full.items() if k[1] >= 2}  # wmax too
-    assert sorted({k[2] for k in got if k[0] == "train_loss_step"}) == list(range(17, 33))  # its steps, re-executed
 
 
 def test_lightning_unified_namespace_record_then_hindsight_metric_replayed_whole(tmp_path):
@@ -91,14 +89,14 @@ def test_lightning_unified_namespace_record_then_hindsight_metric_replayed_whole
     r = Runner(tmp_path)
     env = r.env(EPOCHS="2", SAMPLES="128")
     r.run(r.script("lightning_fit.py", UNIFIED), "--flor", "lt", env=env)
-    edited = r.script("lightning_fit.py", {**UNIFIED, **LIGHTNING_METRIC}, dest="hindsight.py")
+    edited = r.script("lightning_fit.py", {**UNIFIED, **LIGHTNING_VALIDATION}, dest="hindsight.py")
     assert "pytorch_lightning" not in edited.read_text()
     full = {(name, e["epoch"], None): v for e in printed(inert_full_run(r, edited, env))
             for name, v in e["values"].items()}
     assert {k[1] for k in full if k[0] in ("val_acc", "val_wmax")} == {0, 1}
     whole = r.run(edited, "--flor", "lt", "--replay_flor", env=env)
     assert "2 blocks restored, 0 executed" in whole.stderr and not said(whole.stderr, "FL309"), whole.stderr
-    assert replayed(r, "lt", whole) == {k: v for k, v in full.items() if k[0] != "wmax"}
+    assert replayed(r, "lt", whole) == full
 
 
 def test_hugging_face_record_then_hindsight_metrics_replayed_by_two_workers_and_probed(tmp_path):

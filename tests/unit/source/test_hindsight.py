@@ -88,6 +88,15 @@ def test_a_new_log_in_a_lightning_training_step_is_run_by_the_framework_block():
               "        return loss\n    def validation_step(self, batch, i):\n        self.log('v', self.f(batch))\n"
               "Trainer(callbacks=[FlorCallback()]).fit(Net())\n")
     edited = script.replace("        return loss", "        flor.log('loss', loss)\n        return loss")
-    edited = edited.replace("        self.log('v'", "        flor.log('v2', 1)\n        self.log('v'")
-    assert [(log.name, log.function, log.blocks) for log in new_logs(script, edited)] == \
-        [("loss", "training_step", ("training",)), ("v2", "validation_step", ())]
+    edited = edited.replace("        self.log('v'", "        flor.log('v2', 1)\n        self.log('w', 2)\n        self.log('v'")
+    edited = edited.replace("        return loss", "        self.log('wmax', self.w.max())\n        return loss")
+    assert [(log.call(), log.function, log.blocks) for log in new_logs(script, edited)] == \
+        [("flor.log('loss', ...)", "training_step", ("training",)),
+         ("self.log('wmax', ...)", "training_step", ("training",)),
+         ("flor.log('v2', ...)", "validation_step", ()), ("self.log('w', ...)", "validation_step", ())]
+
+
+def test_self_log_is_a_new_log_only_where_a_flor_integration_trains():
+    script = "class Net(Module):\n    def training_step(self, b, i):\n        return self.f(b)\n"
+    edited = script.replace("        return", "        self.log('x', 1)\n        return")
+    assert new_logs(script, edited) == []
