@@ -4,6 +4,8 @@ framework, so a checkout without the ``lightning`` or ``transformers`` extra ski
 
 from importlib.util import find_spec
 
-collect_ignore = [path for path, package in (("flor/integrations/lightning.py", "pytorch_lightning"),
-                                             ("flor/integrations/transformers.py", "transformers"))
-                  if find_spec(package) is None]
+#: each integration module and the packages any one of which it works with
+_NEEDS = {"flor/integrations/lightning.py": ("lightning", "pytorch_lightning"),
+          "flor/integrations/transformers.py": ("transformers",)}
+
+collect_ignore = [path for path, packages in _NEEDS.items() if all(find_spec(p) is None for p in packages)]

@@ -33,7 +33,8 @@ setup(
         "mlflow": ["mlflow>=2.10"],
         "wandb": ["wandb>=0.17"],
         # flor.integrations: FlorCallback for Lightning's Trainer (docs/lightning.md) and Hugging Face's (docs/transformers.md)
-        "lightning": ["pytorch-lightning>=2.6"],
+        # (either namespace: `lightning.pytorch` of the unified package, or `pytorch_lightning`)
+        "lightning": ["lightning>=2.6", "pytorch-lightning>=2.6"],
         "transformers": ["transformers>=5.0", "accelerate>=1.0"],
         # the S3 tests start a real S3-compatible server (moto's) on 127.0.0.1
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "pandas>=1.5", "scikit-learn>=1.1", "boto3>=1.36", "moto[server]>=5",
@@ -43,7 +44,7 @@ setup(
                  # tests/e2e/test_export.py: a real MLflow store (SQLite, and `mlflow server`), W&B offline
                  "mlflow>=2.10", "wandb>=0.17",
                  # tests/e2e/test_frameworks.py: real Lightning and Hugging Face Trainers on the CPU
-                 "pytorch-lightning>=2.6", "transformers>=5.0", "accelerate>=1.0",
+                 "lightning>=2.6", "pytorch-lightning>=2.6", "transformers>=5.0", "accelerate>=1.0",
                  # `ruff check flor && mypy flor` (pyproject.toml), run by .ci/run before the tests; the oldest
                  # versions seen to pass (older mypy releases, with older typeshed stubs, report false errors)
                  "ruff>=0.6", "mypy>=2.2"],

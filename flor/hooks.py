@@ -25,6 +25,8 @@ from typing import Any, Iterator
 
 from .engine.session import Session, as_result
 from .runtime import current
+from .source.hindsight import FRAMEWORK_BLOCK
+from .store.runlogs import read_run_logs
 
 __all__ = ["Epochs"]
 
@@ -37,8 +39,10 @@ class Epochs:
     (0, True, True, [1])
     """
 
-    def __init__(self, block: str = "training") -> None:
-        self.block = block  # the SkipBlock's name: one per epoch, around the epoch's training steps
+    def __init__(self, block: str = FRAMEWORK_BLOCK) -> None:
+        # the SkipBlock's name: one per epoch, around the epoch's training steps. A hindsight flor.log
+        # in the script's training hooks makes a replay re-execute it (flor.source.hindsight)
+        self.block = block
         self.session: Session | None = current()
         self.epoch: int | None = None  # the epoch begun last
         self.open = False  # train() was called and checkpoint() not yet
@@ -46,6 +50,7 @@ class Epochs:
         self._loop: Iterator[int] | None = None
         self._next: int | None = None  # the epoch the session's loop gave and the trainer has not reached
         self._done = False
+        self._recorded: set[str] | None = None
         watch = getattr(self.session, "watch", None)
         if watch is not None:
             # no script frame holds the loop: the framework's objects are all given to checkpoint(),
@@ -127,6 +132,16 @@ class Epochs:
         if self.session is not None and self.open:
             self.open = False
             self.session.close_left_open("when the trainer left the epoch")
+
+    def recorded_names(self) -> set[str] | None:
+        """The names the recording logged, when replaying (None otherwise): a value added in
+        hindsight is no state of the recording's, so a state check of an executed epoch leaves it out."""
+        session: Any = self.session
+        if session is None or session.mode != "replay":
+            return None
+        if self._recorded is None:
+            self._recorded = {r["name"] for r in read_run_logs(session.run_dir, session.run) if r["source"] == "record"}
+        return self._recorded
 
     def log(self, name: str, value: Any, step: Any = None) -> None:
         """``flor.log`` in the current epoch."""

@@ -378,3 +378,44 @@ def fake_run(home: Path, recorded: list[dict], replayed: list[dict], epochs: int
         (d / "logs" / name).write_text("".join(json.dumps({"step": None, "block": None, "t": 1.0, **r}) + "\n"
                                                for r in rows))
     return ExperimentStore(home, "ex")
+
+
+class RecordingLoop:
+    """The loop protocol of a record session (``iterate``, ``step_into``, ``end``, ``warn_once``),
+    in process, for a framework callback's unit tests (``monkeypatch.setattr(flor.hooks, "current",
+    lambda: loop)``): every epoch runs, ``end()`` snapshots what it is given as a recording does
+    (calling each object's ``state_dict``), and warnings go through the engine's own ``warn_once``.
+    A real session under a real trainer is tests/e2e/test_frameworks.py's."""
+
+    mode = "record"
+    watch = None
+
+    def __init__(self) -> None:
+        from flor.engine.session import Session
+
+        self._warned: set = set()
+        self._warned_lock = threading.Lock()
+        self._warn_once = Session.warn_once
+        self.ends = 0
+
+    def warn_once(self, code: str, subject: object, message: str) -> bool:
+        return self._warn_once(self, code, subject, message)  # type: ignore[arg-type]
+
+    def iterate(self, items):
+        yield from items
+
+    def step_into(self, name: str, probed: bool) -> bool:
+        return True
+
+    def end(self, objs: tuple):
+        from flor.state import snapshot
+
+        snapshot(list(objs))
+        self.ends += 1
+        return objs
+
+    def close_left_open(self, when: str) -> None:
+        pass
+
+    def log(self, name: str, value: object, step: object) -> None:
+        pass

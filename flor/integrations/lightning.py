@@ -107,15 +107,42 @@ class _CallbackState:
         return {cb.state_key: cb for cb in self.trainer.callbacks if cb is not self.own}
 
     def state_dict(self) -> dict[str, Any]:
-        return {key: cb.state_dict() for key, cb in self._callbacks().items()}
+        out = {}
+        for key, cb in self._callbacks().items():
+            state = cb.state_dict()
+            folder = getattr(cb, "dirpath", None)
+            # ModelCheckpoint's folder is the logger's version folder, another one in each run: its paths are
+            # kept relative to it, so an epoch a replay executes before any restore matches the recording's
+            out[key] = _moved(state, folder, _FOLDER) if isinstance(folder, str) and folder else state
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, cb in self._callbacks().items():
             if key in state and state[key]:
                 recorded = state[key]
-                if "dirpath" in recorded and hasattr(cb, "dirpath"):
+                folder = getattr(cb, "dirpath", None)
+                if recorded.get("dirpath") == _FOLDER and isinstance(folder, str) and folder:
+                    recorded = _moved(recorded, _FOLDER, folder)  # the recording's paths, in this run's folder
+                elif "dirpath" in recorded and hasattr(cb, "dirpath"):
                     cb.dirpath = recorded["dirpath"]  # ModelCheckpoint keeps its best scores only for its own folder
                 cb.load_state_dict(recorded)
+
+
+_FOLDER = "<ModelCheckpoint.dirpath>"  # stands for the callback's own folder in the paths it keeps
+
+
+def _moved(value: Any, old: str, new: str) -> Any:
+    """``value`` with each path under the folder ``old`` (a string, a dict's key or value) under ``new``."""
+    if isinstance(value, str):
+        if value == old:
+            return new
+        return new + value[len(old):] if value.startswith(old) and value[len(old):len(old) + 1] in ("/", "\\") \
+            else value
+    if isinstance(value, dict):
+        return {_moved(k, old, new): _moved(v, old, new) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_moved(v, old, new) for v in value)
+    return value
 
 
 class _TrainingResults:
@@ -183,16 +210,6 @@ class _TrainingResults:
             metric._update_count = max(1, int(getattr(metric, "_update_count", 0)))  # updated, as by the steps
             if getattr(metric, "_forward_cache", None) is None:
                 metric._forward_cache = metric.value.clone()
-
-
-def _recorded_names(epochs: Epochs) -> set[str] | None:
-    """The names the recording logged, when replaying (None when recording)."""
-    session: Any = epochs.session
-    if session is None or session.mode != "replay":
-        return None
-    from ..store.runlogs import read_run_logs
-
-    return {r["name"] for r in read_run_logs(session.run_dir, session.run) if r["source"] == "record"}
 
 
 class _WriteNothing:
@@ -352,7 +369,7 @@ class FlorCallback(*_bases()):  # type: ignore[misc]
             trainer.fit_loop.epoch_loop.__dict__.pop("advance", None)
         self._skipping = False
         if self._results is None:
-            self._results = _TrainingResults(trainer, _recorded_names(epochs))
+            self._results = _TrainingResults(trainer, epochs.recorded_names())
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         epochs.checkpoint(pl_module, *trainer.optimizers, *schedulers, _LoopState(trainer),
                           _CallbackState(trainer, self), self._results, trainer.precision_plugin)

@@ -61,8 +61,11 @@ class _StateOf:
     """The ``TrainerState``, the exported state of the other callbacks (early stopping's patience)
     and the inner loop's training-log accumulators, as one stateful object."""
 
-    def __init__(self, trainer: Any, own: Any) -> None:
+    def __init__(self, trainer: Any, own: Any, recorded: set[str] | None = None) -> None:
         self.trainer, self.own = trainer, own
+        # replaying: the names the recording logged. The log history of an executed epoch holds the
+        # values added in hindsight (a compute_metrics entry), which are no state of the recording's
+        self.recorded = recorded
 
     def _exportable(self) -> dict[str, Any]:
         return {type(cb).__name__: cb for cb in self.trainer.callback_handler.callbacks
@@ -71,6 +74,11 @@ class _StateOf:
     def state_dict(self) -> dict[str, Any]:
         t, state = self.trainer, self.trainer.state
         fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name != "stateful_callbacks"}
+        # the history without its timings (they differ from run to run: an executed epoch's would never
+        # match the recording's) nor, replaying, the values added in hindsight
+        fields["log_history"] = [{k: v for k, v in entry.items() if not k.endswith(_TIMINGS)
+                                  and (self.recorded is None or not self._hindsight(k, v))}
+                                 for entry in state.log_history]
         return {
             "state": fields,
             "callbacks": {name: dict(cb.state().get("attributes", {})) for name, cb in self._exportable().items()},
@@ -78,6 +86,12 @@ class _StateOf:
             "last_logged": int(t._globalstep_last_logged), "flos": float(t.current_flos),
             "grad_norm": self.own.grad_norm, "learning_rate": self.own.learning_rate,
         }
+
+    def _hindsight(self, name: str, value: Any) -> bool:
+        """A value of the log history that on_log gives flor and the recording did not log (the
+        history adds ``step`` to what on_log is given)."""
+        assert self.recorded is not None
+        return name != "step" and _kept(name, value) and name not in self.recorded
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         t = self.trainer
@@ -173,7 +187,8 @@ class FlorCallback(TrainerCallback):
             self.grad_norm = _plain(frame.f_locals.get("grad_norm"))
             self.learning_rate = _plain(frame.f_locals.get("learning_rate"))
         trainer = self.trainer
-        epochs.checkpoint(trainer.model, trainer.optimizer, trainer.lr_scheduler, _StateOf(trainer, self))
+        epochs.checkpoint(trainer.model, trainer.optimizer, trainer.lr_scheduler,
+                          _StateOf(trainer, self, epochs.recorded_names()))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.epochs is not None:
@@ -183,9 +198,13 @@ class FlorCallback(TrainerCallback):
         if self.epochs is None or not self._in_epoch or not logs:
             return
         for name, value in logs.items():
-            if name == "epoch" or name.endswith(_TIMINGS) or not isinstance(value, (int, float)):
-                continue
-            self.epochs.log(name, value, step=state.global_step)
+            if _kept(name, value):
+                self.epochs.log(name, value, step=state.global_step)
+
+
+def _kept(name: str, value: Any) -> bool:
+    """A value of the Trainer's logs that flor keeps: a number, not the epoch nor a timing."""
+    return name != "epoch" and not name.endswith(_TIMINGS) and isinstance(value, (int, float))
 
 
 def _plain(value: Any) -> Any:

@@ -20,7 +20,14 @@ still never ran.
 ... '''
 >>> current = recorded.replace("    return loss", "    flor.log('loss', loss)\\n    return loss")
 >>> new_logs(recorded, current)
-[NewLog(name='loss', line=4, function='train', blocks=('train',))]
+[NewLog(name='loss', line=4, function='train', blocks=('train',), via='flor.log')]
+
+A script that trains with a framework's Trainer and ``flor.integrations`` has no ``step_into``:
+the callback runs one block an epoch, ``"training"`` (``flor.hooks.Epochs``), and the Trainer
+calls the script's training hooks in it (``compute_loss``, ``training_step``, a callback's
+``on_step_end``...). A new ``flor.log`` in one of those, or in a function it calls, is run by
+that block; so is a new ``self.log``/``self.log_dict`` of a LightningModule, whose values the
+callback gives flor.
 """
 
 from __future__ import annotations
@@ -33,24 +40,39 @@ from .edits import dotted
 
 __all__ = ["NewLog", "new_logs"]
 
+#: the block flor.hooks.Epochs runs each epoch's training steps in (what the integrations drive)
+FRAMEWORK_BLOCK = "training"
+
+#: methods a Trainer calls inside an epoch's training steps: Lightning's LightningModule and
+#: Callback hooks, the Hugging Face Trainer's overridable steps and TrainerCallback hooks
+TRAINING_HOOKS = frozenset({
+    "training_step", "on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward",
+    "on_before_optimizer_step", "on_before_zero_grad", "optimizer_step", "backward", "configure_gradient_clipping",
+    "compute_loss", "on_step_begin", "on_step_end", "on_substep_end", "on_pre_optimizer_step", "on_optimizer_step",
+})
+
 
 class NewLog(NamedTuple):
     name: str | None  # the name it logs, when a constant string
     line: int  # in the current script
     function: str | None  # the function of the script it sits in
     blocks: tuple[str, ...]  # the SkipBlocks whose runs execute it
+    via: str = "flor.log"  # the call: flor.log, or a LightningModule's self.log / self.log_dict
 
     def call(self) -> str:
         """``flor.log('loss', ...)``."""
-        return f"flor.log({self.name!r}, ...)" if self.name is not None else "flor.log(...)"
+        return f"{self.via}({self.name!r}, ...)" if self.name is not None else f"{self.via}(...)"
 
     def where(self) -> str:
         """``line 12, in train()``."""
         return f"line {self.line}" + (f", in {self.function}()" if self.function else "")
 
 
-def _is_log(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and dotted(node.func) in ("flor.log", "log")
+def _is_log(node: ast.AST, framework: bool = False) -> bool:
+    """``flor.log(...)``; with ``framework``, also a LightningModule's ``self.log(...)`` and
+    ``self.log_dict(...)``, whose values FlorCallback gives flor."""
+    names = ("flor.log", "log", "self.log", "self.log_dict") if framework else ("flor.log", "log")
+    return isinstance(node, ast.Call) and dotted(node.func) in names
 
 
 def _block_name(node: ast.If) -> str | None:
@@ -79,7 +101,8 @@ class _Sites(ast.NodeVisitor):
     """Each ``flor.log`` call with the innermost function and the SkipBlocks' bodies it sits in;
     what each function of the script and each block's body calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, framework: bool = False) -> None:
+        self.framework = framework  # the script trains with a flor.integrations callback
         self.logs: list[tuple[ast.Call, str | None, tuple[str, ...]]] = []
         self.calls: dict[str, set[str]] = {}  # function -> what it calls
         self.block_calls: dict[str, set[str]] = {}  # block -> what its body calls
@@ -109,7 +132,7 @@ class _Sites(ast.NodeVisitor):
             self.visit(stmt)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if _is_log(node):
+        if _is_log(node, self.framework):
             self.logs.append((node, self._functions[-1] if self._functions else None, tuple(self._blocks)))
         self.generic_visit(node)
 
@@ -126,6 +149,16 @@ def _reaches(sites: _Sites, block: str) -> set[str]:
     return seen
 
 
+def _integrated(tree: ast.Module) -> bool:
+    """The script imports a ``flor.integrations`` module (a framework's Trainer drives its epochs)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flor.integrations"):
+            return True
+        if isinstance(node, ast.Import) and any(a.name.startswith("flor.integrations") for a in node.names):
+            return True
+    return False
+
+
 def new_logs(recorded: str, current: str) -> list[NewLog]:
     """The ``flor.log`` calls of ``current`` that ``recorded`` does not have (compared by their
     text, function and enclosing blocks, as often as they occur), each with the SkipBlocks that
@@ -135,12 +168,15 @@ def new_logs(recorded: str, current: str) -> list[NewLog]:
         before, now = ast.parse(recorded), ast.parse(current)
     except (SyntaxError, ValueError, RecursionError):
         return []
-    old = _Sites()
+    framework = _integrated(now)
+    old = _Sites(framework)
     old.visit(before)
     # the same call in the same function and blocks is the recording's (moved lines are not new)
     have = Counter((ast.unparse(call), function, inside) for call, function, inside in old.logs)
-    sites = _Sites()
+    sites = _Sites(framework)
     sites.visit(now)
+    if framework:  # the framework's block runs the script's training hooks
+        sites.block_calls.setdefault(FRAMEWORK_BLOCK, set()).update(TRAINING_HOOKS & set(sites.calls))
     reaching = {block: _reaches(sites, block) for block in sites.block_calls}
     out = []
     for call, function, inside in sites.logs:
@@ -151,5 +187,6 @@ def new_logs(recorded: str, current: str) -> list[NewLog]:
         blocks = set(inside) | {b for b, functions in reaching.items() if function in functions}
         first = call.args[0] if call.args else None
         name = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
-        out.append(NewLog(name, call.lineno, function, tuple(sorted(blocks))))
+        via = dotted(call.func) if dotted(call.func).startswith("self.") else "flor.log"
+        out.append(NewLog(name, call.lineno, function, tuple(sorted(blocks)), via))
     return out

@@ -1,6 +1,6 @@
 """A small Hugging Face Trainer run with FlorCallback: a one-layer BERT built from its config
-(nothing downloaded), synthetic token sequences, eval_strategy="epoch", compute_metrics. The
-hindsight edits of the tests add lines at the marks."""
+(nothing downloaded), synthetic token sequences, eval_strategy="epoch", compute_metrics, and a
+Trainer whose loss step the script overrides. The hindsight edits of the tests add lines at the marks."""
 
 import json
 import os
@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments, set_seed
 
+import flor
 from flor.integrations.transformers import FlorCallback
 
 EPOCHS = int(os.environ.get("EPOCHS", "4"))
@@ -29,6 +30,15 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.labels[i]}
 
 
+class Classifier(Trainer):
+    """The Trainer, with the loss of each step (and of evaluation) computed in the script."""
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        # TRAINING
+        return loss
+
+
 def compute_metrics(pred):
     logits, labels = pred
     metrics = {"accuracy": float((logits.argmax(-1) == labels).mean())}
@@ -43,9 +53,9 @@ args = TrainingArguments(output_dir="hf_out", num_train_epochs=EPOCHS, per_devic
                          per_device_eval_batch_size=32, learning_rate=1e-3, eval_strategy="epoch",
                          logging_strategy="epoch", save_strategy="epoch", report_to="none", seed=0,
                          use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
-trainer = Trainer(model=BertForSequenceClassification(config), args=args,
-                  train_dataset=Tokens(int(os.environ.get("SAMPLES", "128")), 1), eval_dataset=Tokens(64, 2),
-                  compute_metrics=compute_metrics, callbacks=[FlorCallback()])
+trainer = Classifier(model=BertForSequenceClassification(config), args=args,
+                     train_dataset=Tokens(int(os.environ.get("SAMPLES", "128")), 1), eval_dataset=Tokens(64, 2),
+                     compute_metrics=compute_metrics, callbacks=[FlorCallback()])
 started = time.perf_counter()
 trainer.train()
 print(f"FIT_SECONDS {time.perf_counter() - started:.4f}", file=sys.stderr)  # benchmarks/frameworks.py

@@ -62,10 +62,36 @@ def test_trainer_state_survives_capture_and_restore(tmp_path) -> None:
     second, early2 = trained(tmp_path / "b", 1, other)
     restore([_StateOf(second, other)], tree, blobs.__getitem__)
     assert second.state.global_step == first.state.global_step == 2
-    assert second.state.log_history == first.state.log_history  # the training and evaluation logs, as recorded
+    # the training and evaluation logs as recorded, without their timings (they differ from run to run)
+    timings = ("_runtime", "_per_second")
+    assert any(k.endswith(timings) for entry in first.state.log_history for k in entry)
+    assert second.state.log_history == [{k: v for k, v in entry.items() if not k.endswith(timings)}
+                                        for entry in first.state.log_history]
     assert second.state.best_metric == first.state.best_metric
     assert early2.early_stopping_patience_counter == 2
     assert torch.equal(second._tr_loss, first._tr_loss)
     assert (second._globalstep_last_logged, second._total_loss_scalar) == \
         (first._globalstep_last_logged, first._total_loss_scalar)
     assert (other.grad_norm, other.learning_rate) == (0.25, 1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["steps", "no"])
+def test_recording_names_an_evaluation_a_replay_cannot_run_FL603(tmp_path, monkeypatch, strategy) -> None:
+    from flor import hooks
+
+    from helpers import RecordingLoop, said
+
+    loop = RecordingLoop()
+    monkeypatch.setattr(hooks, "current", lambda: loop)
+    config = transformers.BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=16, max_position_embeddings=8, num_labels=2)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), num_train_epochs=2, per_device_train_batch_size=8,
+                                          eval_strategy=strategy, eval_steps=1, logging_strategy="epoch",
+                                          save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True)
+    with pytest.warns(RuntimeWarning) as caught:
+        trainer = transformers.Trainer(model=transformers.BertForSequenceClassification(config), args=args,
+                                       train_dataset=Tokens(0), eval_dataset=Tokens(1), callbacks=[FlorCallback()])
+    lines = said("\n".join(str(w.message) for w in caught), "FL603")
+    assert len(lines) == 1 and repr(strategy) in lines[0], lines
+    trainer.train()
+    assert loop.ends == 2  # each epoch is checkpointed all the same
