@@ -310,7 +310,9 @@ class ReplaySession(Session):
             cp.rng_exact = False
         else:
             objs, event = cp.verify(manifest, objs, event)
-        compared = manifest.get("watch", {}) if manifest is not None and action != "restore" else None
+        compared = None
+        if manifest is not None and action != "restore":  # re-executed from its checkpoint: compared with it
+            compared = {**manifest.get("watch", {}), "carried_tree": manifest.get("carried")}
         _, found = self.watch.leave(caller_frame(), objs, restored, compared)
         if compared is not None and found:  # the block's variables outside end() differ from the recording's
             event = cp.diverged(event, found)
