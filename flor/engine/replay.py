@@ -266,6 +266,7 @@ class ReplaySession(Session):
 
     def _rewrote(self, path: str) -> None:
         """The script writes a file the recording wrote (flor.engine.effects): said once a path."""
+        self.summary.rewrote.append(path)
         self.note("FL340", f"this replay writes {path}, which the recording wrote too (torch.save, open(..., 'w'), "
                   "a plot): it now holds what the replay's order of epochs left there, and every worker of a launch "
                   "writes it; guard the write with `if not flor.replaying():`")
