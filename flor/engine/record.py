@@ -137,8 +137,10 @@ class RecordSession(Session):
         """Write run.json (``RunRecord.write``), with the policy's and the probes' figures so far:
         True if written."""
         self.meta_written = time.perf_counter()
-        self.meta.checkpoint_policy = self.checkpoints.policy.describe()
         watch = getattr(self, "watch", None)  # the writer thread may write it before they exist
+        if watch is not None and hasattr(self, "loop_state"):
+            self._observe_watch()
+        self.meta.checkpoint_policy = self.checkpoints.policy.describe()
         if watch is not None:
             self.meta.timings["block_vars_s"] = round(watch.seconds, 6)
             self.meta.timings["watch_probes_s"] = {k: round(v, 6) for k, v in list(watch.by_probe.items())}
@@ -247,7 +249,6 @@ class RecordSession(Session):
         now = time.perf_counter()
         self.meta.timings["epoch_s"].append(round(now - self.epoch_started, 6))
         self.logs.flush()
-        self._observe_watch()
         # after an epoch with a checkpoint (a replay restores from it), else at most every META_EVERY_S: a
         # loop of short epochs (a block per iteration, docs/loops.md) does not pay a file rename each (9 ms
         # here), nor the trackers' and the policy's notes; a kill -9 loses at most that much of

@@ -44,7 +44,7 @@ __all__ = ["Probe", "Say", "View", "Watch"]
 Say = Callable[[str, Any, str], object]
 
 
-@dataclass
+@dataclass(slots=True)
 class View:
     """One run of a block, as every probe sees it."""
 
