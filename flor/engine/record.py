@@ -46,10 +46,13 @@ from .runrecord import LEFT_OPEN, RunRecord
 from .session import Session, as_result, copy_source, new_run_id, source_sha
 from .trackers import seen
 
-__all__ = ["META_EVERY_S", "RecordSession"]
+__all__ = ["META_EVERY_S", "META_WRITE_SHARE", "RecordSession"]
 
-#: the longest run.json waits after an epoch that took no checkpoint
+#: the longest run.json waits after an epoch that took no checkpoint ...
 META_EVERY_S = 0.5
+#: ... unless writing it took longer than this share of that wait: a run.json of many short epochs (a
+#: block per iteration: ~45 bytes each, 27 MB at 600k) then waits this many times its last write
+META_WRITE_SHARE = 50
 
 
 class RecordSession(Session):
@@ -111,6 +114,7 @@ class RecordSession(Session):
         self.due = False  # whether the open block's run is checkpointed (decided at its step_into)
         self.saved = False  # whether a block of this epoch was checkpointed: run.json is written at its end
         self.meta_written = 0.0  # when run.json was last written (perf_counter)
+        self.meta_write_s = 0.0  # ... and how long that took
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
         self.draws = DrawsProbe()  # run.json drew_between: what the code between blocks draws (flor.watch.draws)
@@ -147,7 +151,9 @@ class RecordSession(Session):
         loop = getattr(self, "loop_state", None)
         if loop is not None:
             self.meta.timings["outer_state_s"] = round(loop.seconds, 6)
-        return self.record.write(durable=durable)
+        written = self.record.write(durable=durable)
+        self.meta_write_s = time.perf_counter() - self.meta_written
+        return written
 
     def _grads_carried(self, name: str) -> None:
         """Block ``name`` adds to the gradients its previous run left: its checkpoints keep them."""
@@ -251,9 +257,9 @@ class RecordSession(Session):
         self.logs.flush()
         # after an epoch with a checkpoint (a replay restores from it), else at most every META_EVERY_S: a
         # loop of short epochs (a block per iteration, docs/loops.md) does not pay a file rename each (9 ms
-        # here), nor the trackers' and the policy's notes; a kill -9 loses at most that much of
-        # epochs_done, a normal end writes it all
-        if self.saved or now - self.meta_written >= META_EVERY_S:
+        # here), nor the trackers' and the policy's notes, nor a long run.json's write more than 1/50 of
+        # the time; a kill -9 loses at most that much of epochs_done, a normal end writes it all
+        if self.saved or now - self.meta_written >= max(META_EVERY_S, META_WRITE_SHARE * self.meta_write_s):
             self._note_trackers()
             self.write_meta()
         self.saved = False
