@@ -172,6 +172,8 @@ CATALOGUE: dict[str, Entry] = {
     "FL340": Entry("the replay writes a file the recording wrote (torch.save, open(..., 'w'), a plot): it now "
                    "holds the replay's values, and every worker of a launch writes it",
                    "guard the write with `if not flor.replaying():`"),
+    "FL341": Entry("workers of one launch each wrote a file the recording wrote (FL340): it holds what the last "
+                   "worker to write it left", "guard the write with `if not flor.replaying():`"),
     "FL360": Entry("a tracker the script imported (MLflow, W&B, SummaryWriter) could not be quieted in this replay: "
                    "its calls may write to the tracker",
                    "guard the script's tracker calls with `if not flor.replaying():`"),

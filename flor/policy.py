@@ -6,6 +6,7 @@ Pure bookkeeping over measured times; no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable, Mapping
 
 __all__ = ["CEILING", "CHARGE_IDLE", "CHARGE_SHARED", "IDLE_CORE", "PAYBACK", "CheckpointPolicy", "charge_for"]
 
@@ -117,25 +118,61 @@ class CheckpointPolicy:
         ``run_s``: the block's last run (what a replay re-executes without this checkpoint)."""
         if epoch is None:
             return True  # blocks outside the loop run once: always memoize them
-        if self.every is not None:
-            ok = epoch % self.every == 0
-        else:
-            expected = self.estimate.get(block, 0.0)  # none yet: measure (once within budget)
-            expected += (self.background if self.shared else self.held).get(block, 0.0)
-            # charged all the same, but a cost fewer checkpoints would not save does not decide: not the
-            # probes every block run pays, nor the first checkpoints' one-time work (taken regardless)
-            spent = self.charged_s - self.watch_fixed_s - self.first_charged_s
-            if block not in self.estimate:  # its first checkpoint measures it, whatever the probes cost so far
-                spent = self.charged_s - self.watch_s
-            training = max(elapsed - spent, 0.0)
-            ok = spent + expected <= self.overhead * training
-            if not ok and run_s is not None and block in self.estimate and self.pays_back(expected, run_s):
-                ok = spent + expected <= CEILING * self.overhead * training
-                if ok and (not self.for_replay or self.for_replay[-1] != epoch):
-                    self.for_replay.append(epoch)
-        if not ok and (not self.skipped or self.skipped[-1] != epoch):
-            self.skipped.append(epoch)
+        ok, past = self._ok(block, epoch, elapsed, run_s)
+        if ok and past and (not self.for_replay or self.for_replay[-1] != epoch):
+            self.for_replay.append(epoch)
+        if not ok:
+            self.refused(epoch)
         return ok
+
+    def may_be_due(self, blocks: Iterable[str], epoch: int, *, elapsed: float,
+                   run_s: Mapping[str, float] | None = None) -> bool:
+        """Whether some block of ``blocks`` (those of the epoch before; ``run_s``: their last runs),
+        or one never measured, may be checkpointed at ``epoch`` (True where none ran: a new one may
+        come). Asked at the end of the epoch before, it decides whether the recording notes the
+        loop's variables a replay worker starting at ``epoch`` needs (``flor.engine.record``); a
+        block of ``epoch`` is checkpointed only where they were.
+
+        >>> p = CheckpointPolicy(every=3)
+        >>> [e for e in range(1, 8) if p.may_be_due(["train"], e, elapsed=1.0)]
+        [3, 6]
+        >>> p = CheckpointPolicy(overhead=0.01); p.observe("train", 0, stall=0.5)
+        >>> p.may_be_due(["train"], 1, elapsed=20.0), p.may_be_due(["train", "eval"], 1, elapsed=20.0)
+        (False, True)
+        >>> p.may_be_due(["train"], 1, elapsed=40.0), p.may_be_due(["train"], 1, elapsed=40.0, run_s={"train": 20.0})
+        (False, True)
+        >>> p.skipped, p.for_replay  # asking decides nothing (True: past the budget, it pays a replay back)
+        ([], [])
+        """
+        if self.every is not None:
+            return epoch % self.every == 0
+        names = set(blocks)
+        if not names or not names <= self.estimate.keys():
+            return True
+        return any(self._ok(block, epoch, elapsed, (run_s or {}).get(block))[0] for block in names)
+
+    def refused(self, epoch: int) -> None:
+        """``epoch`` is not checkpointed (for the exit line's count)."""
+        if not self.skipped or self.skipped[-1] != epoch:
+            self.skipped.append(epoch)
+
+    def _ok(self, block: str, epoch: int, elapsed: float, run_s: float | None) -> tuple[bool, bool]:
+        """Whether ``block`` is due at ``epoch``, and whether only because it pays back a replay."""
+        if self.every is not None:
+            return epoch % self.every == 0, False
+        expected = self.estimate.get(block, 0.0)  # none yet: measure (once within budget)
+        expected += (self.background if self.shared else self.held).get(block, 0.0)
+        # charged all the same, but a cost fewer checkpoints would not save does not decide: not the
+        # probes every block run pays, nor the first checkpoints' one-time work (taken regardless)
+        spent = self.charged_s - self.watch_fixed_s - self.first_charged_s
+        if block not in self.estimate:  # its first checkpoint measures it, whatever the probes cost so far
+            spent = self.charged_s - self.watch_s
+        training = max(elapsed - spent, 0.0)
+        if spent + expected <= self.overhead * training:
+            return True, False
+        if run_s is not None and block in self.estimate and self.pays_back(expected, run_s):
+            return spent + expected <= CEILING * self.overhead * training, True
+        return False, False
 
     @staticmethod
     def pays_back(cost: float, run_s: float) -> bool:

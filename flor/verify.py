@@ -113,6 +113,8 @@ class Summary:
     #: tensors code outside the blocks changed in place where the recorded script did not (a
     #: hindsight line that trains): a full run of this script trains otherwise from there
     outside: list[str] = field(default_factory=list)
+    #: files this worker wrote that the recording wrote too (FL340): a launch names those several wrote
+    rewrote: list[str] = field(default_factory=list)
 
     def check_logs(self, recorded: list[dict], replayed: list[dict], *, key: Callable[[dict], Any],
                    same: Callable[[Any, Any], bool], code_changed: bool) -> None:
@@ -183,7 +185,7 @@ class Summary:
             "counts": self.counts(), "shared_logs": self.shared_logs,
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
             "findings": sorted({c for c in map(code_of, self.notes) if c is not None}),
-            "loop": self.loop, "unrestored": self.unrestored, "outside": self.outside,
+            "loop": self.loop, "unrestored": self.unrestored, "outside": self.outside, "rewrote": self.rewrote,
             "blocks": [e.__dict__ for e in self.events],
         }
 

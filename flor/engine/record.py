@@ -46,10 +46,13 @@ from .runrecord import LEFT_OPEN, RunRecord
 from .session import Session, as_result, copy_source, new_run_id, source_sha
 from .trackers import seen
 
-__all__ = ["META_EVERY_S", "RecordSession"]
+__all__ = ["META_EVERY_S", "META_WRITE_SHARE", "RecordSession"]
 
-#: the longest run.json waits after an epoch that took no checkpoint
+#: the longest run.json waits after an epoch that took no checkpoint ...
 META_EVERY_S = 0.5
+#: ... unless writing it took longer than this share of that wait: a run.json of many short epochs (a
+#: block per iteration: ~45 bytes each, 27 MB at 600k) then waits this many times its last write
+META_WRITE_SHARE = 50
 
 
 class RecordSession(Session):
@@ -111,6 +114,7 @@ class RecordSession(Session):
         self.due = False  # whether the open block's run is checkpointed (decided at its step_into)
         self.saved = False  # whether a block of this epoch was checkpointed: run.json is written at its end
         self.meta_written = 0.0  # when run.json was last written (perf_counter)
+        self.meta_write_s = 0.0  # ... and how long that took
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
         self.draws = DrawsProbe()  # run.json drew_between: what the code between blocks draws (flor.watch.draws)
@@ -119,6 +123,7 @@ class RecordSession(Session):
                             self.draws], self.warn_once)
         self.state_file = StateFile(self.layout.state)  # the loop's variables, changes outside the blocks
         self.loop_state: LoopState | None = None
+        self.noted_for: int | None = None  # the epoch before which the loop's variables were last noted
         self.passed_ids: set[int] = set()  # given to end() this epoch: the loop state does not name them
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
@@ -133,9 +138,22 @@ class RecordSession(Session):
         self._install_hooks()
 
     def write_meta(self, *, durable: bool = False) -> bool:
-        """Write run.json (``RunRecord.write``): True if written."""
+        """Write run.json (``RunRecord.write``), with the policy's and the probes' figures so far:
+        True if written."""
         self.meta_written = time.perf_counter()
-        return self.record.write(durable=durable)
+        watch = getattr(self, "watch", None)  # the writer thread may write it before they exist
+        if watch is not None and hasattr(self, "loop_state"):
+            self._observe_watch()
+        self.meta.checkpoint_policy = self.checkpoints.policy.describe()
+        if watch is not None:
+            self.meta.timings["block_vars_s"] = round(watch.seconds, 6)
+            self.meta.timings["watch_probes_s"] = {k: round(v, 6) for k, v in list(watch.by_probe.items())}
+        loop = getattr(self, "loop_state", None)
+        if loop is not None:
+            self.meta.timings["outer_state_s"] = round(loop.seconds, 6)
+        written = self.record.write(durable=durable)
+        self.meta_write_s = time.perf_counter() - self.meta_written
+        return written
 
     def _grads_carried(self, name: str) -> None:
         """Block ``name`` adds to the gradients its previous run left: its checkpoints keep them."""
@@ -195,7 +213,7 @@ class RecordSession(Session):
             pass  # a generator: the count is known at the end
         self.loop_started = time.perf_counter()
         self.checkpoints.idle_meter = IdleMeter()
-        # the loop's own variables, noted at each epoch's end (flor.watch.loop)
+        # the loop's own variables, noted at the end of an epoch a replay worker may start after (flor.watch.loop)
         self.loop_state = LoopState(self.loop_frame, self.state_file) if self.loop_frame is not None else None
         try:
             for epoch, item in enumerate(iterable):
@@ -228,22 +246,21 @@ class RecordSession(Session):
         """The epoch's body ran to its end; ``noted``: the state the next epoch starts from is noted
         (not when the loop is left: there is no next epoch)."""
         self.close_left_open("at the end of the epoch")
-        if noted and self.loop_state is not None:  # for a replay worker that starts at the next epoch
-            self.loop_state.epoch_end(epoch, self.passed_ids)
-            self.passed_ids.clear()
-            self.meta.timings["outer_state_s"] = round(self.loop_state.seconds, 6)
+        if noted and self.loop_state is not None and self._worker_may_start(epoch + 1):
+            self.loop_state.epoch_end(epoch, self.passed_ids)  # for a replay worker that starts at the next epoch
+            self.noted_for = epoch + 1
+        self.passed_ids.clear()
         self.meta.epochs_done = epoch + 1
         self.meta.epoch_blocks[str(epoch)] = self.epoch_blocks
-        self.meta.timings["epoch_s"].append(round(time.perf_counter() - self.epoch_started, 6))
-        self._note_trackers()
+        now = time.perf_counter()
+        self.meta.timings["epoch_s"].append(round(now - self.epoch_started, 6))
         self.logs.flush()
-        policy = self.checkpoints.policy
-        self._observe_watch()
-        self.meta.checkpoint_policy = policy.describe()
         # after an epoch with a checkpoint (a replay restores from it), else at most every META_EVERY_S: a
         # loop of short epochs (a block per iteration, docs/loops.md) does not pay a file rename each (9 ms
-        # here); a kill -9 loses at most that much of epochs_done, a normal end writes it all
-        if self.saved or time.perf_counter() - self.meta_written >= META_EVERY_S:
+        # here), nor the trackers' and the policy's notes, nor a long run.json's write more than 1/50 of
+        # the time; a kill -9 loses at most that much of epochs_done, a normal end writes it all
+        if self.saved or now - self.meta_written >= max(META_EVERY_S, META_WRITE_SHARE * self.meta_write_s):
+            self._note_trackers()
             self.write_meta()
         self.saved = False
         if self.spool is not None:
@@ -251,6 +268,23 @@ class RecordSession(Session):
                 self.spool.sync()
             except Exception as exc:  # noqa: BLE001 - uploads never stop training
                 self.write_failed("spool", exc)
+
+    def _worker_may_start(self, epoch: int) -> bool:
+        """Whether a replay worker may start at ``epoch``: one starts at epoch 0 or at an epoch whose
+        blocks are all checkpointed (``flor.plan.init_start``), so the loop's variables are noted
+        only before an epoch that may be (``CheckpointPolicy.may_be_due``): a loop of short epochs (a
+        block per iteration, docs/loops.md) does not encode them at every one. A block is checkpointed
+        only at an epoch they were noted before (``step_into``)."""
+        planned = self.meta.epochs_planned
+        if planned is not None and epoch >= planned:
+            return False  # the loop ends: no epoch to start at
+        policy = self.checkpoints.policy
+        if policy.every is not None:
+            return epoch % policy.every == 0
+        blocks = self.meta.timings["blocks"]
+        run_s = {name: blocks[name][-1] for name, _ in self.epoch_blocks if blocks.get(name)}
+        elapsed = time.perf_counter() - (self.loop_started or self.block_started) + max(run_s.values(), default=0.0)
+        return policy.may_be_due([name for name, _ in self.epoch_blocks], epoch, elapsed=elapsed, run_s=run_s)
 
     # -- blocks ------------------------------------------------------------------------
 
@@ -263,6 +297,9 @@ class RecordSession(Session):
         policy = self.checkpoints.policy
         self._observe_watch()
         self.due = policy.due(name, epoch, elapsed=training_s, run_s=last[-1] if last else None)
+        if self.due and epoch and self.loop_state is not None and self.noted_for != epoch:
+            self.due = False  # a worker starting here would lack the loop's variables: not noted before it
+            policy.refused(epoch)
         self.watch.enter(name, epoch, occ, caller_frame(), note=self.due)  # what the block starts from
         if self.due:  # the RNG state it starts from goes into its checkpoint only
             self.checkpoints.block_started()
@@ -270,10 +307,11 @@ class RecordSession(Session):
 
     def _observe_watch(self) -> None:
         """Charge the probes' time and the loop's noting; all but the block variables' noting
-        (``VariablesProbe``, done for checkpointed runs only) is paid at every block run or epoch."""
+        (``VariablesProbe``, done for checkpointed runs only) and the loop's (before epochs that may be
+        checkpointed) is paid at every block run or epoch."""
         loop = self.loop_state.seconds if self.loop_state else 0.0
         noting = self.watch.by_probe.get(VariablesProbe.__name__, 0.0)
-        self.checkpoints.policy.observe_watch(self.watch.seconds + loop, fixed=self.watch.seconds - noting + loop)
+        self.checkpoints.policy.observe_watch(self.watch.seconds + loop, fixed=self.watch.seconds - noting)
 
     def left_open(self, key: tuple[str, int | None, int]) -> None:
         name, epoch, occ = key
@@ -293,9 +331,7 @@ class RecordSession(Session):
         carried = noted.pop("carried", None)  # tensors: kept beside the objects, not in the manifest's "watch"
         if outside:  # in-place changes since the last end(), compared by a replay at every block run
             self.state_file.write(epoch, {"block": name, "occ": occ, "outside": outside})
-        self.meta.timings["block_vars_s"] = round(self.watch.seconds, 6)
-        self.meta.timings["watch_probes_s"] = {k: round(v, 6) for k, v in self.watch.by_probe.items()}
-        self.passed_ids.update(id(o) for o in objs)  # outer-loop state: these are checkpointed, not named
+        self.passed_ids.update(map(id, objs))  # outer-loop state: these are checkpointed, not named
         if epoch is None:
             self.meta.outside_blocks.append([name, occ])
         else:
@@ -311,6 +347,7 @@ class RecordSession(Session):
     def settle(self) -> None:
         """A signal goes to the script's own handler next: flush within FLOR_FLUSH_TIMEOUT, write run.json."""
         self.logs.flush()
+        self.flush_marks()
         self.checkpoints.writer.flush(self.settings.flush_timeout)
         self.meta.status = "terminated"
         self.meta.error = getattr(self, "terminated_by", None)

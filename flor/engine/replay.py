@@ -266,6 +266,7 @@ class ReplaySession(Session):
 
     def _rewrote(self, path: str) -> None:
         """The script writes a file the recording wrote (flor.engine.effects): said once a path."""
+        self.summary.rewrote.append(path)
         self.note("FL340", f"this replay writes {path}, which the recording wrote too (torch.save, open(..., 'w'), "
                   "a plot): it now holds what the replay's order of epochs left there, and every worker of a launch "
                   "writes it; guard the write with `if not flor.replaying():`")
@@ -310,7 +311,9 @@ class ReplaySession(Session):
             cp.rng_exact = False
         else:
             objs, event = cp.verify(manifest, objs, event)
-        compared = manifest.get("watch", {}) if manifest is not None and action != "restore" else None
+        compared = None
+        if manifest is not None and action != "restore":  # re-executed from its checkpoint: compared with it
+            compared = {**manifest.get("watch", {}), "carried_tree": manifest.get("carried")}
         _, found = self.watch.leave(caller_frame(), objs, restored, compared)
         if compared is not None and found:  # the block's variables outside end() differ from the recording's
             event = cp.diverged(event, found)

@@ -25,7 +25,10 @@ from ..logs import AS_IS, NOT_SCALAR, to_scalar, to_step
 from ..settings import Settings
 from ..store import ExperimentStore
 
-__all__ = ["Session", "as_result", "copy_source", "marks_path", "new_run_id", "source_sha"]
+__all__ = ["MARKS_EVERY_S", "Session", "as_result", "copy_source", "marks_path", "new_run_id", "source_sha"]
+
+#: the longest an epoch's mark in stdout.marks.jsonl waits in its buffer (a loop of short epochs: docs/loops.md)
+MARKS_EVERY_S = 0.5
 
 def new_run_id() -> str:
     """Sortable by start time, unique across machines: ``20261130T050012.123456-1a2b3c``."""
@@ -37,12 +40,14 @@ def new_run_id() -> str:
 class Tee:
     """Write to the real stream and to a log file; everything else goes to the real stream."""
 
-    def __init__(self, stream: Any, log: Any, on_error: Any = None) -> None:
+    def __init__(self, stream: Any, log: Any, on_error: Any = None, written: list[bool] | None = None) -> None:
         self._stream = stream
         self._log = log
         self._on_error = on_error  # a failed copy to the log is counted there, never raised
+        self._written = written if written is not None else [False]  # shared: something was written since
 
     def write(self, text: str) -> int:
+        self._written[0] = True
         try:
             self._log.write(text)
         except (OSError, ValueError) as exc:
@@ -90,6 +95,9 @@ class Session:
         self.exit_detail = ""
         self._tee_file: Any = None
         self._marks_file: Any = None
+        self._written = [True]  # the Tees wrote since the last mark: the log's offset must be read again
+        self._mark_at = 0  # the log's offset at the last mark
+        self._marks_flushed = 0.0  # time.time() of the marks file's last flush
         self._streams: tuple[Any, Any] | None = None
         self._closed = False  # subclasses call _install_hooks() once fully set up
         self._warned: set = set()
@@ -138,8 +146,8 @@ class Session:
             return
         self._streams = (sys.stdout, sys.stderr)
         on_error = lambda exc: self.write_failed("stdout", exc)  # noqa: E731
-        sys.stdout = Tee(sys.stdout, self._tee_file, on_error)
-        sys.stderr = Tee(sys.stderr, self._tee_file, on_error)
+        sys.stdout = Tee(sys.stdout, self._tee_file, on_error, self._written)
+        sys.stderr = Tee(sys.stderr, self._tee_file, on_error, self._written)
         self.mark("start")
 
     def write_failed(self, kind: str, exc: BaseException) -> None:
@@ -157,16 +165,36 @@ class Session:
         if self._tee_file is None or self._marks_file is None:
             return
         try:
-            self._tee_file.flush()
-            rec = {"mark": kind, "at": self._tee_file.tell(), "t": time.time(), **extra}
-            if epoch is not None:
-                rec["epoch"] = epoch
-            self._marks_file.write(json.dumps(rec) + "\n")
-            self._marks_file.flush()
+            if self._written[0]:  # else the offset is the last mark's: a loop of short epochs prints rarely
+                self._written[0] = False
+                self._tee_file.flush()
+                self._mark_at = self._tee_file.tell()
+            now = time.time()
+            if extra:
+                rec = {"mark": kind, "at": self._mark_at, "t": now, **extra}
+                if epoch is not None:
+                    rec["epoch"] = epoch
+                line = json.dumps(rec)
+            else:  # json.dumps' text for these, without its cost at every epoch (``kind`` is flor's own word)
+                line = f'{{"mark": "{kind}", "at": {self._mark_at}, "t": {now!r}' + (
+                    "}" if epoch is None else f', "epoch": {int(epoch)}}}')
+            self._marks_file.write(line + "\n")
+            # an epoch's mark reaches the file within MARKS_EVERY_S (a kill -9 loses at most that), the others at once
+            if kind != "epoch" or now - self._marks_flushed >= MARKS_EVERY_S:
+                self._marks_file.flush()
+                self._marks_flushed = now
         except OSError as exc:  # marks help the readers; they must never fail training
             self.write_failed("stdout marks", exc)
         except ValueError:
             pass  # closed
+
+    def flush_marks(self) -> None:
+        """The marks noted so far into their file (a signal: the process may end without ``close``)."""
+        try:
+            if self._marks_file is not None:
+                self._marks_file.flush()
+        except (OSError, ValueError):
+            pass
 
     def untee_output(self) -> None:
         if self._streams is not None:

@@ -41,6 +41,7 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
     merged = Summary(header=header or f"flor: replay {replay_id}: {n} workers")
     lines: list[str] = []
     notes: list[str] = []
+    rewrote: dict[str, list[int]] = {}  # a file the recording wrote -> the workers that wrote it again (FL340)
     for w in range(n):
         s = found.get(w)
         if s is None:
@@ -63,6 +64,13 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
         merged.outside = merged.outside or [str(x) for x in s.get("outside") or []]
         merged.lenient = merged.lenient or bool(s.get("lenient"))  # its last line: exit status 3, or 0 lenient
         notes.extend(x for x in s.get("notes") or [] if x not in notes)
+        for path in s.get("rewrote") or []:
+            if isinstance(path, str) and w not in rewrote.setdefault(path, []):
+                rewrote[path].append(w)
+    raced = {path: ws for path, ws in rewrote.items() if len(ws) > 1}
+    notes.extend(f"FL341 workers {', '.join(map(str, ws))} of this replay each wrote {path}, which the recording "
+                 "wrote too: it holds what the last of them to write it left, not the recording's; guard the write "
+                 "with `if not flor.replaying():`" for path, ws in sorted(raced.items()))
     merged.notes = notes
     if failures:
         merged.failed = f"{len(failures)} of {n} workers did not finish"
@@ -75,7 +83,8 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
     body.append(verdict_line)
     out = merged.to_json()
     out.pop("blocks")
-    return {**out, "replay": replay_id, "workers": n, "missing": sorted(failures), "text": "\n".join(body)}
+    return {**out, "replay": replay_id, "workers": n, "missing": sorted(failures), "raced": raced,
+            "text": "\n".join(body)}
 
 
 def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: RunMeta, gpus: list[str], within: range | None,

@@ -186,6 +186,8 @@ class LogWriter:
             self.flush()
 
     def flush(self) -> None:
+        if not self._buffer and not self._unwritten:  # nothing logged (most epochs of a loop of short ones)
+            return
         with self._write_lock:
             buffer: list[tuple] = []
             take = self._buffer.popleft

@@ -108,6 +108,8 @@ class ModuleAttrProbe(Probe):
     ``state_dict``, which does not hold it, so a replay that restores the block leaves it as it
     was. Named once per (module, attribute), under the first name that reaches it."""
 
+    quiet = frozenset({"leave"})  # the first end() that comes (a first run may be left open) (Probe.quiet)
+
     def __init__(self) -> None:
         self.watched: dict[str, dict[tuple[int, str], tuple[object, int, str]]] = {}
 

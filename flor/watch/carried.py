@@ -9,7 +9,9 @@ it differs from a full run. ``flor.source.blocks.carried_names`` finds these nam
 script's syntax tree. While recording, a checkpointed run keeps the tensors and arrays among
 them (``LIMITS.carried`` bytes at most, all together) in its checkpoint, through the same codec
 as the objects ``end()`` is given (the manifest's ``"carried"`` tree); a replay that restores
-the run sets them (``restore``). What cannot be kept (past the limit, not a tensor or array) is
+the run sets them (``restore``), and one that re-executes it from its checkpoint compares what
+the run left in them with the recording's, by digest like the objects (``compare``: a difference
+is a divergence of the block). What cannot be kept (past the limit, not a tensor or array) is
 named at record (FL211), and every replay that restores a run without it names it (FL336) and
 qualifies its verdict.
 
@@ -82,6 +84,8 @@ class CarriedProbe(Probe):
     """A block's carried values (``carried_names``): kept with a checkpointed run (put in
     ``view.noted["carried"]``, which the recording stores as the manifest's ``"carried"`` tree),
     set by a replay that restores the run (``noted["carried_values"]``: that tree decoded)."""
+
+    quiet = frozenset()  # at checkpointed runs and a block's first only (Probe.quiet)
 
     def __init__(self) -> None:
         self.sites: dict[str, tuple[str, int] | None] = {}
@@ -163,3 +167,21 @@ class CarriedProbe(Probe):
                 f"at epoch {view.epoch} does not hold {'them' if len(fresh) > 1 else 'it'}: the next run starts from "
                 "another value than a full run; pass them to SkipBlock.end(...) and record again")
         return left
+
+    def compare(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:
+        """A re-executed run's carried values against the checkpoint's (``noted["carried_tree"]``: the
+        manifest's ``"carried"`` tree, hashes and shapes), by digest as ``Restorer.verify`` compares
+        the objects: ``carried `X```-like names of those that differ. Only the values the checkpoint
+        holds are compared (one past the limit was named at record)."""
+        tree = noted.get("carried_tree")
+        if not isinstance(tree, dict) or tree.get("t") != "dict" or not isinstance(tree.get("k"), list):
+            return []
+        from ..state import diff_nodes, snapshot
+
+        values = self._state(view, {})
+        kept = [var for var in tree["k"] if isinstance(var, str)]
+        if not kept:
+            return []
+        # one the run no longer binds (or binds to what is not carried state) differs as a whole
+        now = snapshot({var: values.get(var) for var in kept}, copy=False).materialize()
+        return sorted({f"carried `{path.split('.')[0].split('[')[0]}`" for path in diff_nodes(tree, now)})

@@ -15,7 +15,7 @@ A recording without that note (older flor) is not compared.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .probe import Probe, Say, View
 
@@ -37,6 +37,18 @@ def moved(before: Any, after: Any) -> set[str]:
     return {k for k in keys if k in before and k in after and not same_rng({**after, k: before[k]}, after)}
 
 
+_FINGERPRINTS: list[Callable[..., dict[str, Any]]] = []
+
+
+def _fingerprints() -> Callable[..., dict[str, Any]]:
+    """``flor.state.rng.fingerprints``, imported once (it imports torch: not at flor's import)."""
+    if not _FINGERPRINTS:
+        from ..state.rng import fingerprints
+
+        _FINGERPRINTS.append(fingerprints)
+    return _FINGERPRINTS[0]
+
+
 class DrawsProbe(Probe):
     """The global generators drawn from between a block's ``end()`` and the next ``step_into``:
     while recording, kept per block in ``drew`` (run.json ``drew_between``); while replaying,
@@ -49,22 +61,30 @@ class DrawsProbe(Probe):
         self.pending: tuple[str, int | None, list[str]] | None = None  # replaying: draws not said yet
         self.late = False  # replaying: a block's recorded state after epoch 0 was set
         self.said = False
+        #: recording: the generators every block so far is known to have drawn before (not looked at again)
+        self._known: frozenset[str] = frozenset()
 
     def leave(self, view: View, say: Say) -> None:
-        from ..state.rng import capture_rng
-
-        self.last = capture_rng(raw=True)
+        if view.replay and (self.recorded is None or self.said):
+            return
+        # at every block run (a sampling evaluation may run every N of them), so only what tells a draw
+        # (``fingerprints``), and not the generators every block seen so far is known to have drawn from
+        self.last = _fingerprints()(self._known)
 
     def enter(self, view: View, say: Say) -> None:
         last, self.last = self.last, None
         if last is None or (view.replay and (self.recorded is None or self.said)):
             return
-        from ..state.rng import capture_rng
-
-        found = moved(last, capture_rng(raw=True))
+        now = _fingerprints()(self._known)
+        found = {k for k, v in last.items() if now.get(k, v) != v}
         if not view.replay:
             if found:
-                self.drew.setdefault(view.block, set()).update(found)
+                drew = self.drew.setdefault(view.block, set())
+                drew.update(found)
+                self._known = frozenset.intersection(*(frozenset(d) for d in self.drew.values()))
+            elif view.block not in self.drew:
+                self.drew[view.block] = set()
+                self._known = frozenset()
             return
         new = sorted(found - set((self.recorded or {}).get(view.block, ())))
         if new and self.pending is None:  # said where a block's recorded random state is then set
@@ -102,7 +122,7 @@ class DrawsProbe(Probe):
 
     def noted(self) -> dict[str, list[str]]:
         """``drew_between`` for run.json."""
-        return {block: sorted(found) for block, found in sorted(self.drew.items())}
+        return {block: sorted(found) for block, found in sorted(self.drew.items()) if found}
 
 
 def recorded_draws(extra: dict[str, Any]) -> dict[str, list[str]] | None:

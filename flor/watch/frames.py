@@ -248,7 +248,10 @@ def _library_dirs() -> tuple[str, ...]:
 def caller_frame() -> FrameType | None:
     """The innermost frame outside flor: the script's code that called ``SkipBlock.end``."""
     frame: FrameType | None = sys._getframe(1)
-    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "flor":
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if not (type(name) is str and (name == "flor" or name.startswith("flor."))):
+            break
         frame = frame.f_back
     return frame
 

@@ -4,7 +4,8 @@ Scripts keep state in the epoch loop itself, outside the objects given to ``Skip
 a best validation loss, a patience counter, an EMA of the loss, a sample counter, a learning
 rate set by hand. A replay worker that starts mid-run skips the epochs before its segment,
 so without help it would start that state fresh. The recording therefore notes, at the end
-of each epoch, the variables of the loop's frame (module globals for a top-level loop, the
+of each epoch a worker may start after (before one that may be checkpointed:
+``flor.engine.record``), the variables of the loop's frame (module globals for a top-level loop, the
 function's locals for a loop inside a function) that are plain data: numbers, strings,
 bools, None, NumPy and 0-d tensor scalars, numeric NumPy arrays of up to 256 values, and small tuples,
 lists, dicts, deques, Counters, OrderedDicts and defaultdicts (of list, int, float, dict or
@@ -20,11 +21,11 @@ to Python 3.12 and through the write-through ``frame.f_locals`` of PEP 667 from 
 where neither exists, they are named too.
 
 A variable the loop has not changed by the end of epoch ``a - 1`` (``"unchanged"``: its value
-then, and at every epoch end before, is the one it had when the loop started: a timer, a
+then, and at every epoch end noted before, is the one it had when the loop started: a timer, a
 path, a setting read before the loop) is left as the worker's own code before the loop set
 it, as a full re-execution would have it, rather than given the recording's value.
 
-One JSON line per epoch goes to ``logs/state.jsonl`` (``StateFile``); values are tagged so that a
+One JSON line per noted epoch goes to ``logs/state.jsonl`` (``StateFile``); values are tagged so that a
 tuple comes back a tuple and a float32 scalar a float32 scalar. The file is untrusted input
 when replayed: a line that does not decode is ignored, a value that does not decode is
 named, and nothing in it can run code.
@@ -280,7 +281,7 @@ def read_state(path: Path) -> State:
 
 
 class LoopState:
-    """The loop's own variables for a session: noted at each epoch's end while recording
+    """The loop's own variables for a session: noted at an epoch's end while recording
     (``epoch_end``), set before a mid-run worker's first epoch while replaying (``restore``).
     Never raises into training; a replay's restore says what it set and names what it could not."""
 

@@ -45,6 +45,8 @@ class NamesProbe(Probe):
     (the script as it is now). The probes before it put what they note or name in
     ``view.named``: a name set as recorded is not stale."""
 
+    quiet = frozenset({"leave"})  # the first end() that comes (a first run may be left open) (Probe.quiet)
+
     def __init__(self) -> None:
         self.sites: dict[str, tuple[str, int, set[str]] | None] = {}
         self.done: set[str] = set()

@@ -44,7 +44,7 @@ __all__ = ["Probe", "Say", "View", "Watch"]
 Say = Callable[[str, Any, str], object]
 
 
-@dataclass
+@dataclass(slots=True)
 class View:
     """One run of a block, as every probe sees it."""
 
@@ -58,12 +58,25 @@ class View:
     #: checkpoint is re-executed by a replay: its variables come from there); replaying: always
     note: bool = True
     objs: tuple = ()  # what end() was given (at leave and restore)
-    given: set[int] = field(default_factory=set)  # ids of those objects and of those one container deep
     #: what the probes noted so far at this leave, by part (``vars``, ``globals``, ``attrs``, ``outside``)
     noted: dict[str, Any] = field(default_factory=dict)
     #: names already set as noted or named by a finding: a later probe does not name them again
     named: set[str] = field(default_factory=set)
     _variables: dict[str, Any] | None = field(default=None, repr=False)
+    _given: set[int] | None = field(default=None, repr=False)
+
+    @property
+    def quiet(self) -> bool:
+        """A recording's run that is neither the block's first nor checkpointed (``Probe.quiet``)."""
+        return not (self.replay or self.note or self.first)
+
+    @property
+    def given(self) -> set[int]:
+        """Ids of the objects ``end()`` was given and of those one container deep: found when a
+        probe first asks (most runs without a checkpoint never do)."""
+        if self._given is None:
+            self._given = given_ids(self.objs)
+        return self._given
 
     @property
     def variables(self) -> dict[str, Any]:
@@ -76,6 +89,11 @@ class View:
 
 class Probe:
     """What every probe may do; each verb does nothing unless a probe overrides it."""
+
+    #: the verbs that do something at a recording's block run that is neither the block's first
+    #: nor checkpointed (``View.first``, ``View.note``): the others are not called there, so a loop
+    #: of short block runs (docs/loops.md) pays only for these
+    quiet: frozenset[str] = frozenset({"enter", "leave"})
 
     def enter(self, view: View, say: Say) -> None:
         """At ``step_into``."""
@@ -109,6 +127,23 @@ class Watch:
         self._entered: set[str] = set()  # blocks entered at least once
         self._open: View | None = None
 
+    @property
+    def probes(self) -> list[Probe]:
+        return self._probes
+
+    @probes.setter
+    def probes(self, probes: list[Probe]) -> None:
+        self._probes = probes
+        #: verb -> (probe's name, its method) of the probes that do something there, in order; "quiet
+        #: enter" and "quiet leave": of those, the ones a quiet run calls (``Probe.quiet``)
+        self._verbs: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
+        for verb in ("enter", "leave", "restore", "check", "compare"):
+            acting = [probe for probe in probes
+                      if getattr(getattr(probe, verb), "__func__", None) is not getattr(Probe, verb)]
+            self._verbs[verb] = [(type(probe).__name__, getattr(probe, verb)) for probe in acting]
+            self._verbs[f"quiet {verb}"] = [(type(probe).__name__, getattr(probe, verb)) for probe in acting
+                                            if verb in probe.quiet]
+
     def enter(self, block: str, epoch: int | None, occ: int, frame: FrameType | None,
               noted: dict[str, Any] | None = None, *, note: bool = True) -> list[str]:
         """``step_into``: every probe's ``enter``; while replaying (``noted``: what the recording
@@ -117,7 +152,7 @@ class Watch:
         view = self._open = View(block, epoch, occ, frame, first=block not in self._entered, replay=self.replay,
                                  note=note)
         self._entered.add(block)
-        self._each("enter", view)
+        self._each("quiet enter" if view.quiet else "enter", view)
         if noted is None:
             return []
         return sorted({name for found in self._each("check", view, noted) for name in found or ()})
@@ -137,7 +172,7 @@ class Watch:
             if noted is not None:
                 for names in self._each(verb, view, noted):
                     found += names or []
-        self._each("leave", view)
+        self._each("quiet leave" if view.quiet else "leave", view)
         return view.noted, sorted(set(found))
 
     def drop(self) -> None:
@@ -147,10 +182,7 @@ class Watch:
     def _ended(self, frame: FrameType | None, objs: tuple) -> View | None:
         view, self._open = self._open, None
         if view is not None:
-            view.frame, view.objs, view._variables = frame, objs, None  # read again at end()
-            t0 = time.perf_counter()
-            view.given = given_ids(objs)
-            self.seconds += time.perf_counter() - t0
+            view.frame, view.objs, view._variables, view._given = frame, objs, None, None  # read again at end()
         return view
 
     def say(self, code: str, subject: Any, text: str) -> None:
@@ -158,17 +190,15 @@ class Watch:
 
     def _each(self, verb: str, view: View, *args: Any) -> list[Any]:
         out = []
-        t0 = time.perf_counter()
-        for probe in self.probes:
-            method = getattr(probe, verb)
-            if getattr(method, "__func__", None) is getattr(Probe, verb):
-                continue  # the probe does nothing here
-            started = time.perf_counter()
+        say, by_probe, clock = self._say, self.by_probe, time.perf_counter
+        t0 = last = clock()
+        for kind, method in self._verbs[verb]:
             try:
-                out.append(method(view, *args, self._say))
+                out.append(method(view, *args, say))
             except Exception as exc:  # noqa: BLE001 - the one never-raise wrapper: a probe only advises
-                self.failed.setdefault(type(probe).__name__, repr(exc)[:300])
-            kind = type(probe).__name__
-            self.by_probe[kind] = self.by_probe.get(kind, 0.0) + time.perf_counter() - started
-        self.seconds += time.perf_counter() - t0
+                self.failed.setdefault(kind, repr(exc)[:300])
+            now = clock()
+            by_probe[kind] = by_probe.get(kind, 0.0) + now - last
+            last = now
+        self.seconds += last - t0
         return out

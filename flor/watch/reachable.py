@@ -242,6 +242,8 @@ class SchedulerProbe(Probe):
     not given (``forgotten``): at its first ``end()`` while recording, at its first restore while
     replaying (the restore cannot set it, so the verdict names it)."""
 
+    quiet = frozenset()  # at a block's first run only (Probe.quiet)
+
     def __init__(self) -> None:
         self.checked: set[str] = set()  # blocks a replay restored once
 
@@ -274,6 +276,8 @@ class GeneratorProbe(Probe):
     its second entry if still where the first run left it (``watch_generators``,
     ``drawn_generators``): a reseed in between makes it the same in a replay."""
 
+    quiet = frozenset({"enter"})  # its second entry names what the first run drew (Probe.quiet)
+
     def __init__(self) -> None:
         self.watched: dict[str, list[tuple[str, Any, bytes]]] = {}
         self.drawn: dict[str, list[tuple[str, Any, bytes]]] = {}
@@ -299,6 +303,8 @@ class GeneratorProbe(Probe):
 class ContainerProbe(Probe):
     """A list, dict, set or deque of the script's own that a block's first run resized and that
     ``end()`` was not given, nor noted as plain data by ``VariablesProbe`` (which runs first)."""
+
+    quiet = frozenset()  # at a block's first run only (Probe.quiet)
 
     def __init__(self) -> None:
         self.watched: dict[str, list[tuple[str, Any, int]]] = {}

@@ -187,6 +187,8 @@ class VariablesProbe(Probe):
     own objects: noted at ``end()`` where they changed (``BlockVars``), set by a replay that
     restores the run. What changed but cannot be noted (not plain data, too big) is named once."""
 
+    quiet = frozenset()  # notes at checkpointed runs and a block's first only (Probe.quiet)
+
     def __init__(self) -> None:
         self.vars = BlockVars()
         self.restored: set[str] = set()  # blocks whose restore a note named

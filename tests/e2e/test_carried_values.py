@@ -5,6 +5,8 @@ unguarded ``torch.save`` a replay runs again is named."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from helpers import Runner, values
@@ -53,6 +55,10 @@ def test_a_prefetched_batch_is_restored_with_the_block(nanogpt):
     assert len(part) >= 2 and part == {k: full[k] for k in part}, err
     assert "replay verified exact" in err.splitlines()[-1], err
     assert "FL322" not in err and "not restored" not in err, err  # nor the checkpoint dict
+    # a launch's workers each write ckpt.pt again: named once, with which (FL341)
+    launch = r.flor("replay", "gpt", "--workers", "2", "--", sys.executable, "hindsight.py", "--chunks", "5")
+    assert f"FL341 workers 0, 1 of this replay each wrote {r.cwd / 'ckpt.pt'}" in launch.stderr + launch.stdout, \
+        launch.stderr
 
 
 def test_keeping_a_result_the_recording_dropped_is_a_logging_only_edit(nanogpt):

@@ -115,6 +115,26 @@ def test_loop_replays_exactly_with_1_2_3_workers(tmp_path, variant):
     print(f"{variant}: {ran} of {EPOCHS} epochs; values {counts}")
 
 
+def test_the_loop_is_noted_only_before_checkpointed_epochs_and_a_worker_there_is_exact(tmp_path):
+    """With --flor_every 2 the loop's variables are noted after epochs 1 and 3, not after the last (a
+    worker starts at 0 or at a checkpointed epoch: a loop of short epochs does not pay the noting at
+    every one); a worker
+    that starts at epoch 2 sets them and gives a full run's values."""
+    r = Runner(tmp_path)
+    args = ["--epochs", str(EPOCHS), "--patience", "4"]
+    base, outer = r.cwd / loop_script(r, "loops.py", True), r.cwd / loop_script(r, "outer.py", True, OUTER)
+    r.run(base, *args, "--flor", "loop", env=r.env(FLOR_EVERY="2"))
+    state = next((r.home / "loop" / "runs").glob("*/logs/state.jsonl")).read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in state if '"vars"' in line] == [1, 3]
+    r.run(outer, *args, "--flor", "full")
+    full = values(run_logs(r, "full"), "record")
+    proc = r.run(outer, *args, "--flor", "loop", "--replay_flor", "1/2", env=r.env(FLOR_REPLAY_ID="mid"))
+    assert "outer-loop variables restored as recorded at the end of epoch 1" in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("flor: replay verified exact"), proc.stderr
+    got = values([x for x in run_logs(r, "loop") if x["source"] == "replay" and x["replay"] == "mid"])
+    assert got == {k: v for k, v in full.items() if k[1] >= 3} and {k[1] for k in got if k[0] == "gap"} == {3, 4, 5}
+
+
 def test_worker_without_outer_state_diverges_loudly(tmp_path):
     """Without the recorded outer state (an older recording), a worker that starts mid-run
     gets best_val/bad wrong: the loop does not stop where the recording did, and the replay

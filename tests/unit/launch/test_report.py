@@ -43,3 +43,19 @@ def test_the_merged_summary_says_the_exit_status_of_a_divergence(tmp_path, lenie
     text = merged_summary(tmp_path, "r1", 2)["text"]
     last = text.splitlines()[-1]
     assert last.startswith("flor: replay DIVERGED") and last.endswith(status), text
+
+
+def test_a_file_several_workers_wrote_again_is_named_once_with_the_workers(tmp_path):
+    """Each worker says FL340 for an unguarded write; the launch names the files more than one of
+    them wrote (FL341), with which: ``ckpt.pt`` by workers 0 and 2, ``plot.png`` by worker 1 only."""
+    (tmp_path / "logs").mkdir()
+    wrote = {0: ["/w/ckpt.pt"], 1: ["/w/plot.png"], 2: ["/w/ckpt.pt", 7]}  # a damaged entry is skipped
+    for w, paths in wrote.items():
+        (tmp_path / "logs" / f"replay-r1-{w}.summary.json").write_text(json.dumps({
+            "segment": [w, w + 1], "init": [w, w], "verdict": "verified exact", "blocks": [], "rewrote": paths,
+            "notes": [f"FL340 this replay writes {p}" for p in paths if isinstance(p, str)]}))
+    out = merged_summary(tmp_path, "r1", 3)
+    assert out["raced"] == {"/w/ckpt.pt": [0, 2]}
+    assert [n.split(" of this")[0] for n in out["notes"] if n.startswith("FL341")] == ["FL341 workers 0, 2"]
+    assert "FL341 workers 0, 2 of this replay each wrote /w/ckpt.pt" in out["text"]
+    assert "/w/plot.png" not in out["text"].split("FL341")[1]

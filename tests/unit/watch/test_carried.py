@@ -42,6 +42,31 @@ def test_a_prefetched_batch_is_noted_with_a_checkpointed_run_and_set_by_a_restor
     assert left == [] and torch.equal(X, torch.full((3,), 2.0)) and said.codes() == ["FL335"]
 
 
+def test_a_re_executed_run_compares_its_carried_values_with_the_checkpoints_by_digest() -> None:
+    """Re-executed from its checkpoint (a probed block), a run whose next batch differs from the
+    recorded one diverges like its objects would; the same batch verifies."""
+    from flor.state import snapshot
+
+    said = Said()
+    watch = Watch([VariablesProbe(), CarriedProbe()], said)
+    X = torch.zeros(3)
+    for epoch in range(2):
+        if watch.enter("train", epoch, 0, sys._getframe()) == []:  # the block's `if`
+            _ = float(X.sum())  # reads the batch the last run fetched ...
+            X = torch.full((3,), float(epoch + 1))  # ... and fetches the next
+        noted = watch.leave(sys._getframe(), ())[0]
+    recorded = {"carried_tree": snapshot(noted["carried"], copy=False).materialize()}  # as the manifest has it
+
+    for fetched, found in ((2.0, []), (5.0, ["carried `X`"])):
+        replay = Watch([VariablesProbe(), CarriedProbe()], said, replay=True)
+        X = torch.full((3,), 1.0)
+        if replay.enter("train", 1, 0, sys._getframe(), {}) == []:  # the block's `if`: re-executed
+            _ = float(X.sum())
+            X = torch.full((3,), fetched)
+        assert replay.leave(sys._getframe(), (), None, recorded)[1] == found
+    assert said.codes() == []
+
+
 def test_a_carried_value_it_cannot_keep_is_named_at_record_and_left_by_a_restore() -> None:
     said = Said()
     watch = Watch([VariablesProbe(), CarriedProbe()], said)

@@ -58,3 +58,25 @@ def test_draws_the_recording_made_too_or_an_older_recording_are_not_named():
     assert said == []
     assert recorded_draws({"drew_between": {"train": ["torch", 3]}}) == {"train": ["torch"]}
     assert recorded_draws({}) is None
+
+
+def test_a_draw_between_runs_without_a_checkpoint_is_noted_and_a_generator_known_drawn_is_not_read_again():
+    """At every block run, checkpointed or not (a sampling evaluation every N iterations): numpy's
+    generator drawn only before run 7 is noted; torch's, drawn before every run, is not read again
+    once every block is known to draw from it."""
+    import numpy as np
+
+    probe = DrawsProbe()
+    watch = Watch([probe], Said())
+    frame = sys._getframe()
+    for epoch in range(10):
+        watch.enter("train", epoch, 0, frame, note=epoch == 0)
+        watch.leave(frame, ())
+        torch.rand(1)
+        if epoch == 6:
+            np.random.rand()
+    assert probe.noted() == {"train": ["numpy", "torch"]}
+    assert "torch" not in probe.last and "python" in probe.last  # what the next run compares
+    watch.enter("eval", 10, 0, frame, note=False)  # a new block: every generator is read again
+    watch.leave(frame, ())
+    assert "torch" in probe.last

@@ -76,6 +76,29 @@ def test_a_probe_that_raises_is_silent_for_that_run_and_the_others_go_on() -> No
     assert 0 < sum(watch.by_probe.values()) <= watch.seconds
 
 
+def test_a_recordings_quiet_run_calls_only_the_verbs_its_probes_need_there() -> None:
+    """Neither the block's first run nor checkpointed (``note=False``): a probe whose ``quiet`` lacks
+    a verb is not called there; a checkpointed run and a replay's call every verb."""
+    class Quiet(Recorder):
+        quiet = frozenset({"leave"})
+
+    log: list = []
+    watch = Watch([Recorder(log, "always"), Quiet(log, "leave only")], Said())
+    frame = sys._getframe()
+    for epoch, note in ((0, False), (1, False), (2, True)):
+        watch.enter("train", epoch, 0, frame, note=note)
+        watch.leave(frame, ())
+    verbs = [(name, verb) for name, verb, *_ in log]
+    assert verbs == [("always", "enter"), ("leave only", "enter"), ("always", "leave"), ("leave only", "leave"),
+                     ("always", "enter"), ("always", "leave"), ("leave only", "leave"),  # quiet: no enter
+                     ("always", "enter"), ("leave only", "enter"), ("always", "leave"), ("leave only", "leave")]
+    replay = Watch([Quiet(log := [], "leave only")], Said(), replay=True)
+    for epoch in range(2):
+        replay.enter("train", epoch, 0, frame, {})
+        replay.leave(frame, ())
+    assert [verb for _, verb, *_ in log] == ["enter", "leave", "enter", "leave"]
+
+
 def test_an_end_without_step_into_notes_nothing() -> None:
     watch = Watch([VariablesProbe()], Said())
     assert watch.leave(sys._getframe(), ()) == ({}, [])
@@ -155,6 +178,30 @@ def test_in_place_changes_between_blocks_are_noted_and_others_named_on_replay() 
     net(torch.randn(4, 2))
     assert "end() object 0: num_batches_tracked" in replay.enter("train", 2, 0, frame, noted)
     assert said.codes() == ["FL328"]
+
+
+def test_in_place_changes_are_found_between_runs_without_a_checkpoint_and_on_a_replaced_parameter() -> None:
+    """The modules' tensors are walked at checkpointed runs (and every WALK_EVERY runs); their counters
+    are read at every run: a change between two quiet runs is found, and a parameter the script
+    replaced is read from the next walk on."""
+    net = torch.nn.Linear(2, 2)
+    watch = Watch([OutsideProbe()], Said())
+    frame = sys._getframe()
+    found = []
+    for epoch in range(OutsideProbe().changes.WALK_EVERY + 4):
+        watch.enter("train", epoch, 0, frame, note=epoch % 50 == 0)
+        found.append(watch.leave(frame, (net, epoch))[0].get("outside", {}))  # an int beside: the walk is kept
+        if epoch == 3:
+            with torch.no_grad():
+                net.bias.add_(1.0)  # between two runs without a checkpoint
+        if epoch == 10:
+            net.weight = torch.nn.Parameter(torch.zeros(2, 2))  # a new tensor: the next walk reads it
+        if epoch in (11, 52):
+            with torch.no_grad():
+                net.weight.mul_(2.0)
+    assert found[4] == {"end() object 0: bias": 1}
+    assert found[12] == {} and found[53] == {"end() object 0: weight": 1}  # walked at epoch 50
+    assert [i for i, f in enumerate(found) if f] == [4, 53]
 
 
 # -- ContainerProbe, NamesProbe, ModuleAttrProbe, GradProbe -------------------------------------------
