@@ -2,7 +2,11 @@
 is the outer-loop replay against a plain full run of the edited script? Quiet, and with every
 core busy (one busy-loop process per core at normal priority, as another job would).
 
-    python benchmarks/small_models.py [--rounds 2] [--epochs 6] [--loads quiet,busy] [--quick]
+    python benchmarks/small_models.py [--rounds 2] [--epochs 6] [--loads quiet,busy] [--threads 2] [--quick]
+
+Each load's figures replace that load's in the results file (the others are kept), so the loads
+can run apart: ``--loads busy --threads 1`` (with two torch threads against a busy loop per core,
+OpenMP's spinning makes one script's runs vary 2.5x: the same plain vae took 95 and 236 s).
 
 Scripts: benchmarks/small_train.py (the digits CNN, pytorch/examples' vae and
 time_sequence_prediction shapes). Per round and load, for each model in turn: a plain run of
@@ -18,26 +22,28 @@ round's ratios). Results: results/small_models.json.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from busy_machine import busy_loops
-from common import HERE, env, median, run, run_meta, save_unless_quick, table
+from common import HERE, RESULTS, env, median, run, run_meta, save_unless_quick, table
 
 SCRIPT = HERE / "small_train.py"
 MODELS = ("cnn", "vae", "tsp")
 
 
-def one_round(model: str, epochs: int, tmp: Path) -> dict:
+def one_round(model: str, epochs: int, tmp: Path, threads: int) -> dict:
     home = tmp / model
     args = [str(SCRIPT), "--model", model, "--epochs", str(epochs)]
-    plain_s, _ = run(args, env(tmp / "unused"))
-    record_s, proc = run([*args, "--flor", model], env(home))
-    full_s, _ = run([*args, "--hindsight"], env(tmp / "unused"))
-    replay_s, replayed = run([*args, "--hindsight", "--flor", model, "--replay_flor"], env(home))
+    plain_s, _ = run(args, env(tmp / "unused", threads))
+    record_s, proc = run([*args, "--flor", model], env(home, threads))
+    full_s, _ = run([*args, "--hindsight"], env(tmp / "unused", threads))
+    replay_s, replayed = run([*args, "--hindsight", "--flor", model, "--replay_flor"], env(home, threads))
     assert "replay verified exact" in replayed.stderr, replayed.stderr[-2000:]
     policy = run_meta(home, model)["checkpoint_policy"]
     shutil.rmtree(home, ignore_errors=True)
@@ -52,12 +58,17 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--loads", default="quiet,busy")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--threads", type=int, default=2, help="torch threads a process (the cnn script sets 1 itself)")
     ap.add_argument("--quick", action="store_true", help="a smoke test: one round, 2 epochs, not saved")
     opts = ap.parse_args()
     if opts.quick:
         opts.rounds, opts.epochs = 1, 2
     models = opts.models.split(",")
-    result: dict = {"epochs": opts.epochs, "rounds": opts.rounds, "script": "benchmarks/small_train.py"}
+    old = RESULTS / "small_models.json"
+    result: dict = json.loads(old.read_text()) if old.exists() and not opts.quick else {}
+    for key in ("benchmark", "date", "machine"):
+        result.pop(key, None)
+    result["script"] = "benchmarks/small_train.py"
     rows = []
     for load in opts.loads.split(","):
         loops = busy_loops(os.cpu_count() or 1) if load == "busy" else []
@@ -66,7 +77,7 @@ def main() -> None:
             rounds: dict[str, list[dict]] = {m: [] for m in models}
             for rnd in range(opts.rounds):
                 for model in models:  # interleaved: drifts in machine speed hit every model alike
-                    r = one_round(model, opts.epochs, tmp)
+                    r = one_round(model, opts.epochs, tmp, opts.threads)
                     rounds[model].append(r)
                     print(f"{load} round {rnd} {model}: kept {r['kept']}/{opts.epochs}, record {r['record_s']:.1f} s "
                           f"/ plain {r['plain_s']:.1f} s, replay {r['replay_s']:.1f} s / full {r['full_edited_s']:.1f} s",
@@ -86,6 +97,7 @@ def main() -> None:
                 "rounds": [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()} for r in rs],
             }
             result[f"{load}/{model}"] = entry
+            entry.update(epochs=opts.epochs, threads=opts.threads, when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
             rows.append([load, model, f"{min(entry['kept'])}-{max(entry['kept'])} of {opts.epochs}",
                          f"{entry['record_overhead']:+.1%}", f"{entry['replay_over_full_run']:.2f}"])
     print(table(rows, ["load", "model", "kept at default", "record vs plain", "replay / full run"]))

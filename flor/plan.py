@@ -207,37 +207,46 @@ def worker_seconds(plan: ReplayPlan, costs: Sequence[EpochCost], *, startup_s: f
 
 def estimate(costs: Sequence[EpochCost], workers: int, restorable: Iterable[int], *, startup_s: float,
              probed: Collection[str] | bool = False, strong: bool = False, within: range | None = None,
-             slowdown: float = 1.0) -> list[float]:
+             slowdown: float = 1.0, startup_slowdown: float | None = None) -> list[float]:
     """Seconds each of ``workers`` workers takes; the replay takes the largest.
 
-    ``slowdown`` (at least 1) stretches every worker's time when workers share cores or GPUs.
+    ``slowdown`` (at least 1) stretches every worker's epochs when workers share cores or GPUs;
+    ``startup_slowdown`` its start-up (default: ``slowdown``), which runs one thread a worker
+    (the interpreter, imports, the script up to its loop) whatever torch's thread count.
 
     >>> costs = [EpochCost(0.0, (BlockCost("train", 1.0, 0.0, True),))] * 4
     >>> estimate(costs, 2, {0, 1, 2, 3}, startup_s=1.0, probed=True)
     [3.0, 3.0]
+    >>> estimate(costs, 2, {0, 1, 2, 3}, startup_s=1.0, probed=True, slowdown=2.0, startup_slowdown=1.0)
+    [5.0, 5.0]
     """
     restorable = set(restorable)
     plans = [make_plan(len(costs), p, workers, restorable, strong=strong, within=within) for p in range(workers)]
-    return [slowdown * worker_seconds(pl, costs, startup_s=startup_s, probed=probed) for pl in plans]
+    start = slowdown if startup_slowdown is None else startup_slowdown
+    return [slowdown * (worker_seconds(pl, costs, startup_s=startup_s, probed=probed) - startup_s) + start * startup_s
+            for pl in plans]
 
 
 def fastest(costs: Sequence[EpochCost], restorable: Iterable[int], *, startup_s: float, max_workers: int,
             slowdown: Callable[[int], float] | None = None, probed: Collection[str] | bool = False,
-            strong: bool = False, within: range | None = None) -> tuple[int, float]:
+            strong: bool = False, within: range | None = None,
+            startup_slowdown: Callable[[int], float] | None = None) -> tuple[int, float]:
     """``(workers, seconds)`` of the worker count up to ``max_workers`` that finishes first;
     a count is taken over a smaller one only when estimated ``FASTER_BY`` faster, since every
     worker costs a process and the estimate errs (start-up under contention, a drifting
     machine): a replay without ``--workers`` is then not slower than one worker where the
     estimate is off by less than that.
 
-    ``slowdown(n)`` is the stretch with ``n`` workers (default: none).
+    ``slowdown(n)`` is the stretch of the epochs with ``n`` workers (default: none),
+    ``startup_slowdown(n)`` of their start-up (default: ``slowdown(n)``).
     """
     restorable = set(restorable)
     n_epochs = len(within) if within is not None else len(costs)
     best: tuple[int, float] | None = None
     for n in range(1, max(1, min(max_workers, max(n_epochs, 1))) + 1):
         t = max(estimate(costs, n, restorable, startup_s=startup_s, probed=probed, strong=strong, within=within,
-                         slowdown=slowdown(n) if slowdown else 1.0))
+                         slowdown=slowdown(n) if slowdown else 1.0,
+                         startup_slowdown=startup_slowdown(n) if startup_slowdown else None))
         if best is None or t < best[1] * (1 - FASTER_BY):
             best = (n, t)
     assert best is not None

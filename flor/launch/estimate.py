@@ -147,7 +147,9 @@ def startup(run_dir: Path, meta: RunMeta) -> tuple[float, str]:
         rec = read_launch_record(path)  # None for a file of another shape (one warning)
         if rec is None:
             continue
-        share = float(rec.get("slowdown") or 1.0)  # what that launch's sharing made of it
+        # what that launch's sharing made of it: its start-up's own stretch (one thread a worker);
+        # none for records before it was kept (they stretched start-up like the epochs, wrongly)
+        share = min(max(float(rec.get("startup_slowdown") or 1.0), 1.0), 1e3)  # bounded: a planted record
         values = [w["startup_s"] / share for w in rec.get("segments", []) if w.get("startup_s") is not None]
         if values:
             measured.append((float(rec.get("started") or 0), sorted(values)[len(values) // 2]))
@@ -180,6 +182,7 @@ class ReplayEstimate:
     slowdown: float
     threads: int
     busy: float = 0.0  # the load of other processes when estimated
+    startup_slowdown: float = 1.0  # the start-up's stretch (one thread a worker)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -233,11 +236,16 @@ def estimate_replay(store: ExperimentStore, run: str, meta: RunMeta, *, workers:
         busy = load()
     probed = probed_blocks(script)
     kw: dict[str, Any] = {"startup_s": start_s, "probed": probed, "strong": strong, "within": within}
-    seconds = estimate(costs, workers, restorable, slowdown=_slowdown(workers, t, gpus, busy), **kw)
+
+    def stretch(n: int) -> dict[str, Any]:  # the epochs' and the start-up's (one thread a worker, on the CPU)
+        return {"slowdown": _slowdown(n, t, gpus, busy), "startup_slowdown": cpu_share(n, busy)}
+
+    seconds = estimate(costs, workers, restorable, **stretch(workers), **kw)
     limit = len(gpus) if gpus else max(1, cores() // t)
-    by_count = {n: max(estimate(costs, n, restorable, slowdown=_slowdown(n, t, gpus, busy), **kw))
+    by_count = {n: max(estimate(costs, n, restorable, **stretch(n), **kw))
                 for n in range(1, max(1, min(limit, len(within) if within is not None else len(costs))) + 1)}
-    best = fastest(costs, restorable, max_workers=limit, slowdown=lambda n: _slowdown(n, t, gpus, busy), **kw)
+    best = fastest(costs, restorable, max_workers=limit, slowdown=lambda n: _slowdown(n, t, gpus, busy),
+                   startup_slowdown=lambda n: cpu_share(n, busy), **kw)
     plans = [make_plan(len(costs), p, workers, restorable, strong=strong, within=within) for p in range(workers)]
     return ReplayEstimate(workers, plans, seconds, best, by_count, start_s, source, probed,
-                          _slowdown(workers, t, gpus, busy), t, busy=busy)
+                          _slowdown(workers, t, gpus, busy), t, busy=busy, startup_slowdown=cpu_share(workers, busy))

@@ -238,6 +238,7 @@ class Launch:
             "ended": time.time() if status != "running" else None,
             "estimate_s": round(self.estimate.total_s, 3), "startup_from": self.estimate.startup_from,
             "slowdown": round(self.estimate.slowdown, 3), "busy_cores": round(self.estimate.busy, 2),
+            "startup_slowdown": round(self.estimate.startup_slowdown, 3),
             "segments": [{
                 "worker": s.index, "segment": [s.plan.segment.start, s.plan.segment.stop],
                 "init": [s.plan.init.start, s.plan.init.stop], "skipped": s.skipped, "rc": s.rc,

@@ -160,3 +160,15 @@ def test_fastest_takes_more_workers_only_when_clearly_faster():
     assert fastest(costs, range(12), startup_s=1.0, max_workers=2, slowdown=lambda n: slow if n == 2 else 1.0)[0] == 1
     # clearly faster (no sharing): two
     assert fastest(costs, range(12), startup_s=0.5, max_workers=2, probed=True)[0] == 2
+
+
+def test_start_up_is_stretched_as_one_thread_a_worker():
+    """Two workers of 2 torch threads on 2 cores run their epochs at half speed, but start (the
+    interpreter, imports) one thread each: stretching start-up like the epochs doubled it in the
+    estimate, and the launch record's measured start-up was then halved for the next --plan."""
+    costs = [EpochCost(0.1, (BlockCost("train", 1.0, 0.05, True),))] * 4
+    both = estimate(costs, 2, range(4), startup_s=3.0, slowdown=2.0)
+    apart = estimate(costs, 2, range(4), startup_s=3.0, slowdown=2.0, startup_slowdown=1.0)
+    assert [round(b - a, 6) for b, a in zip(both, apart)] == [3.0, 3.0]
+    assert fastest(costs, range(4), startup_s=3.0, max_workers=2, slowdown=lambda n: float(n),
+                   startup_slowdown=lambda n: 1.0) == (1, max(estimate(costs, 1, range(4), startup_s=3.0)))
