@@ -99,7 +99,7 @@ def test_lightning_unified_namespace_record_then_hindsight_metric_replayed_whole
     assert replayed(r, "lt", whole) == full
 
 
-def test_hugging_face_record_then_hindsight_metrics_replayed_by_two_workers_and_probed(tmp_path):
+def test_hugging_face_record_then_hindsight_metrics_replayed_by_two_workers_whole_and_probed(tmp_path):
     pytest.importorskip("transformers")
     r = Runner(tmp_path)
     env = r.env(HF_HUB_OFFLINE="1")
@@ -125,6 +125,10 @@ def test_hugging_face_record_then_hindsight_metrics_replayed_by_two_workers_and_
     assert "worker 1: epochs 2-3" in launch.stderr, launch.stderr
     assert "4 blocks restored, 0 executed" in launch.stderr and not said(launch.stderr, "FL309"), launch.stderr
     assert replayed(r, "hf", launch) == evaluation  # the training loss and grad norm of restored epochs included
+    # and whole, by one worker
+    whole = r.run(tmp_path / "metric.py", "--flor", "hf", "--replay_flor", env=env)
+    assert "4 blocks restored, 0 executed" in whole.stderr and not said(whole.stderr, "FL309"), whole.stderr
+    assert replayed(r, "hf", whole) == evaluation
 
     # the loss of each training step needs the steps run: a flor.log added in compute_loss makes the replay
     # re-execute them, as probed=True does (FL339), and each executed epoch is checked against the recording
