@@ -152,7 +152,9 @@ class CheckpointPolicy:
         return any(self._ok(block, epoch, elapsed, (run_s or {}).get(block))[0] for block in names)
 
     def refused(self, epoch: int) -> None:
-        """``epoch`` is not checkpointed (for the exit line's count)."""
+        """``epoch`` is not checkpointed (for the exit line's count), though ``due`` may have said so."""
+        if self.for_replay and self.for_replay[-1] == epoch:
+            self.for_replay.pop()
         if not self.skipped or self.skipped[-1] != epoch:
             self.skipped.append(epoch)
 

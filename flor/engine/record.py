@@ -279,8 +279,6 @@ class RecordSession(Session):
         if planned is not None and epoch >= planned:
             return False  # the loop ends: no epoch to start at
         policy = self.checkpoints.policy
-        if policy.every is not None:
-            return epoch % policy.every == 0
         blocks = self.meta.timings["blocks"]
         run_s = {name: blocks[name][-1] for name, _ in self.epoch_blocks if blocks.get(name)}
         elapsed = time.perf_counter() - (self.loop_started or self.block_started) + max(run_s.values(), default=0.0)

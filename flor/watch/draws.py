@@ -19,23 +19,7 @@ from typing import Any, Callable
 
 from .probe import Probe, Say, View
 
-__all__ = ["DrawsProbe", "moved", "recorded_draws"]
-
-_KEYS = ("python", "numpy", "torch")
-
-
-def moved(before: Any, after: Any) -> set[str]:
-    """The global generators whose state differs between two ``capture_rng(raw=True)`` captures
-    (CUDA's where both hold it); every one where a capture is of another form."""
-    from ..state.rng import same_rng, settled
-
-    if type(before) is not dict or type(after) is not dict:
-        return set(_KEYS)
-    settled(before)
-    settled(after)
-    keys = _KEYS + (("cuda",) if "cuda" in before and "cuda" in after else ())
-    return {k for k in keys if k in before and k in after and not same_rng({**after, k: before[k]}, after)}
-
+__all__ = ["DrawsProbe", "recorded_draws"]
 
 _FINGERPRINTS: list[Callable[..., dict[str, Any]]] = []
 

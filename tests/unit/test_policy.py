@@ -177,3 +177,13 @@ def test_a_fixed_schedule_is_not_weighed():
     p = CheckpointPolicy(overhead=0.01, every=3)
     assert [e for e in range(9) if p.due("train", e, elapsed=float(e + 1), run_s=1.0)] == [0, 3, 6]
     assert p.for_replay == []
+
+
+def test_an_epoch_refused_after_due_is_not_counted_as_kept_for_replay():
+    """The recording refuses a due checkpoint where the loop's variables were not noted before the
+    epoch (flor.engine.record): the exit line's "N past it" counts only the epochs kept."""
+    p = CheckpointPolicy(overhead=0.01)
+    p.observe("train", 0, stall=0.03)
+    assert p.due("train", 1, elapsed=2.0, run_s=1.0) and p.for_replay == [1]
+    p.refused(1)
+    assert p.for_replay == [] and p.skipped == [1]

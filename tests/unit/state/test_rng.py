@@ -261,3 +261,15 @@ def test_diff_rng_compares_the_devices_both_have():
     assert diff_rng(tree(drawn), tree(one), undrawn(drawn, one)) == ["cuda.<devices>"]
     assert diff_rng(tree(recorded), tree(_cuda(100)), undrawn(recorded, one)) == ["cuda[0]"]
     assert not cuda_undrawn([torch.zeros(8, dtype=torch.uint8)])  # another form: not known to be undrawn
+
+
+def test_fingerprints_name_the_generators_drawn_from():
+    """What flor.watch.draws compares at every block run (it replaced comparing two captures)."""
+    from flor.state.rng import fingerprints
+
+    a = fingerprints()
+    assert {k for k, v in fingerprints().items() if a[k] != v} == set()
+    a = fingerprints()
+    torch.rand(1)
+    random.random()
+    assert {k for k, v in fingerprints().items() if a[k] != v} == {"torch", "python"}

@@ -9,23 +9,13 @@ from typing import Any
 
 import torch
 
-from flor.state.rng import capture_rng
-from flor.watch.draws import DrawsProbe, moved, recorded_draws
+from flor.watch.draws import DrawsProbe, recorded_draws
 from flor.watch.probe import Watch
 
 
 class Said(list):
     def __call__(self, code: str, subject: Any, text: str) -> None:
         self.append((code, subject, text))
-
-
-def test_moved_names_the_generators_drawn_from():
-    a = capture_rng(raw=True)
-    assert moved(a, capture_rng(raw=True)) == set()
-    a = capture_rng(raw=True)
-    torch.rand(1)
-    random.random()
-    assert moved(a, capture_rng(raw=True)) == {"torch", "python"}
 
 
 def _epochs(watch: Watch, draw: bool, restored: dict | None = None) -> None:
