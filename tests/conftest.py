@@ -6,6 +6,7 @@ so ``from conftest import Runner`` works too.
 
 from __future__ import annotations
 
+import compileall
 import multiprocessing.util
 import os
 import socket
@@ -20,6 +21,15 @@ from helpers import (  # noqa: F401  (re-exported: ``from conftest import ...``)
 )
 
 E2E = HERE / "e2e"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """flor's bytecode written once, before any test: the e2e tests start hundreds of Python
+    processes, and where ``PYTHONDONTWRITEBYTECODE`` is set (this project's machines set it)
+    each would compile flor's source again (~90 ms a process). ``compileall`` writes the
+    ``__pycache__`` files regardless of that variable, as ``pip install`` does for a
+    non-editable install; a checkout that cannot be written is left as it is."""
+    compileall.compile_dir(ROOT / "flor", quiet=2)
 
 
 def _is_e2e(path: Path) -> bool:
