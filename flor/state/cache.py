@@ -588,8 +588,13 @@ class TreeCache:
     another byte order, ...) keep the block on the full encoding, which is always right.
 
     Buffer sets are reused once their checkpoint is written; ``top_up`` (on the writer) keeps
-    one spare set, touched so its pages exist, while ``memory`` allows: a snapshot taken while
-    the writer is one checkpoint behind copies at memory speed instead of page-faulting.
+    one spare set, touched so its pages exist, while ``memory`` allows, once a snapshot found
+    none free (the writer was a checkpoint behind: ``behind``), or from the start where the
+    state is on a GPU (a pinned set made on the training thread costs tens of ms): the next
+    snapshot taken while the writer is behind copies at memory speed instead of page-faulting.
+    A writer that keeps up never needs the spare, which would cost a set's page faults on the
+    writer and its bytes of memory (126 MB of MLP and AdamW state: ~80 ms of CPU, a third of
+    the writer's, on this project's 2-core machine).
     """
 
     def __init__(self, memory: int = 1 << 30) -> None:
@@ -600,6 +605,7 @@ class TreeCache:
         self.direct = True  # walk modules, optimizers and schedulers in place (``_flatten``)
         self.nbytes = 0
         self.sets = 0  # buffer sets made
+        self.behind = False  # a snapshot found no free set: the writer was a checkpoint behind
         self._free: list[_BufferSet] = []
         self._lock = threading.Lock()
         self._text: tuple[Any, _Text | None] | None = None  # (template, its text), made on the writer
@@ -708,6 +714,7 @@ class TreeCache:
             if self._free:
                 return self._free.pop()
             self.sets += 1
+            self.behind = True
         return _BufferSet(_fresh_like(like, devices))
 
     def _give(self, dsts: _BufferSet, sig: list) -> None:
@@ -717,10 +724,12 @@ class TreeCache:
 
     def top_up(self, nogil: list[float] | None = None) -> None:
         """Keep one spare buffer set, its pages touched (on the writer, not training); within
-        ``memory``. The touching's thread CPU time goes to ``nogil`` where given: ``_touch``
+        ``memory``, and only once the writer has been behind or where the state is on a GPU
+        (the class's docstring). The touching's thread CPU time goes to ``nogil`` where given: ``_touch``
         releases the GIL (what the recorder's budget charges, ``flor.policy``)."""
         with self._lock:
-            if self._free or self.sig is None or not self.nbytes or (self.sets + 1) * self.nbytes > self.memory:
+            if self._free or self.sig is None or not self.nbytes or (self.sets + 1) * self.nbytes > self.memory \
+                    or not (self.behind or self._devices):
                 return
             self.sets += 1
             # together: a spare shaped for another signature is never kept

@@ -184,31 +184,38 @@ def test_a_spare_set_is_shaped_like_the_first_and_its_page_faults_are_not_gil_ti
     later.release()
 
 
-def test_buffer_sets_are_reused_and_one_spare_is_kept():
+def test_buffer_sets_are_reused_and_one_spare_is_kept_once_the_writer_was_behind():
     net = torch.nn.Linear(64, 32)
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     net(torch.randn(2, 64)).sum().backward()
     opt.step()
     cache = TreeCache()
     snapshot([net, opt], cache=cache).release()  # full encoding; its copies become set 1
-    a = snapshot([net, opt], cache=cache)  # the writer is one behind: a still pending ...
-    cache.top_up()  # ... so the writer makes a spare, pages touched
-    assert cache.sets == 2
-    b = snapshot([net, opt], cache=cache)
+    for _ in range(3):  # a writer that keeps up: its job's own set comes back, no spare is made
+        a = snapshot([net, opt], cache=cache)
+        cache.top_up()
+        a.release()
+    assert cache.sets == 1 and not cache.behind
+    a = snapshot([net, opt], cache=cache)
+    b = snapshot([net, opt], cache=cache)  # the writer is one behind: a still pending, a set made here
+    assert cache.sets == 2 and cache.behind
     ptrs_a = {t.data_ptr() for _, t in a.tensors}
     ptrs_b = {t.data_ptr() for _, t in b.tensors}
     assert ptrs_a.isdisjoint(ptrs_b)
+    cache.top_up()  # both pending: from now on the writer keeps a spare, pages touched
+    assert cache.sets == 3
     a.release(), b.release()
     for _ in range(5):  # steady state: no new sets
         cache.top_up()
         snapshot([net, opt], cache=cache).release()
-    assert cache.sets == 2
+    assert cache.sets == 3
     small = TreeCache(memory=1000)  # the spare would not fit: none made
     snapshot([net, opt], cache=small).release()
-    held = snapshot([net, opt], cache=small)
+    held = [snapshot([net, opt], cache=small), snapshot([net, opt], cache=small)]  # behind
     small.top_up()
-    assert small.sets == 1
-    held.release()
+    assert small.sets == 2 and small.behind
+    for p in held:
+        p.release()
 
 
 def test_what_the_fast_walk_does_not_know_takes_the_full_path():
