@@ -69,11 +69,10 @@ class RecordSession(Session):
         self.run_dir.mkdir(parents=True)
         self.layout = RunLayout(self.run_dir)
         script = script_info(sys.argv[0] if sys.argv else "")
-        git, diff = git_info(script["script"], exclude=[settings.home])
         self.meta = RunMeta(
             name=settings.name or "", run=self.run, pid=os.getpid(),
             argv=redact_argv(list(sys.argv), hparams.secret_flags()),
-            cwd=os.getcwd(), script=script["script"], script_sha256=script["script_sha256"], git=git,
+            cwd=os.getcwd(), script=script["script"], script_sha256=script["script_sha256"],
             versions=versions(), torch_threads=torch.get_num_threads(), started=self.started,
             hyperparameters=hparams.captured(), write_failures=self.write_failures,
         )
@@ -84,12 +83,13 @@ class RecordSession(Session):
             copy_source(script["script"], self.layout.source)
             self.source_sha = source_sha(self.layout.source, script["script"])
             self.meta.signature = sign_run(settings.config_dir, self.meta.argv, self.source_sha)
-            if diff:
-                self.layout.diff_patch.write_text(diff)
         except OSError as exc:
             self.write_failed("source", exc)
         self.checkpoints = Checkpointer(self.store, self.run, self.record, settings, self.warn_once)
         writer = self.checkpoints.writer
+        # git's view of the script's tree, off the training thread: `git status` and `git diff` take
+        # ~10 ms in a small repository and seconds in a large one
+        writer.submit(lambda: self._git(script["script"]), 0, lambda exc: None)
         # temp files of writers that died mid-write (a kill, a crash) take space: clear them off the training thread
         writer.submit(self.store.remove_stale_tmp, 0, lambda exc: None)
         writer.submit(self._gpus, 0, lambda exc: None)
@@ -172,6 +172,21 @@ class RecordSession(Session):
             self.meta.trackers[name] = note
         if self.meta.trackers != before:  # a destination flor export may write into: signed, as argv is
             self.meta.trackers_signature = sign_trackers(self.settings.config_dir, self.meta.trackers)
+
+    def _git(self, script: str) -> None:
+        """The script's git commit, branch and dirtiness into run.json, and its diff beside it, on
+        the writer (``flor.runinfo.git_info``)."""
+        git, diff = git_info(script, exclude=[self.settings.home])
+        if diff:
+            try:
+                self.layout.diff_patch.write_text(diff)
+            except OSError as exc:
+                self.write_failed("source", exc)
+        if git is not None:
+            with self.record.lock:
+                self.meta.git = git
+            if not self._closed:
+                self.write_meta()
 
     def _gpus(self) -> None:
         """The GPUs into run.json's versions, on the writer (``flor.runinfo.gpus``)."""
