@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from ..launch.estimate import estimate_replay
+    from ..launch.estimate import estimate_replay, launcher_s
     from ..launch.launcher import script_of, detect_gpus, run_launch
     from ..launch.report import print_plan, replay_report
     from ..plan import select
@@ -55,9 +55,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         kw = dict(script=script_of(command), within=within, strong=args.strong, threads=args.threads, gpus=gpus)
         workers = args.workers or (len(gpus) if gpus else estimate_replay(store, run, meta, workers=1, **kw).fastest[0])
         est = estimate_replay(store, run, meta, workers=workers, **kw)
+        est.launcher_s = launcher_s()  # what this process took to get here, as the launch will
         if args.json:
             print(json.dumps({"run": run, "workers": workers, "estimate_s": round(est.total_s, 3),
-                              "seconds": [round(x, 3) for x in est.seconds], "startup_s": round(est.startup_s, 3),
+                              "seconds": [round(x, 3) for x in est.seconds], "launcher_s": est.launcher_s,
+                              "startup_s": round(est.startup_s, 3),
                               "startup_from": est.startup_from, "fastest": list(est.fastest),
                               "by_count": est.by_count,
                               "probed": sorted(est.probed) if est.probed is not True else True,

@@ -14,7 +14,8 @@ Its inputs, all from the run directory:
   epoch has no manifest;
 * startup: a worker's time outside its epochs (start-up to the first epoch, and wind-down
   after the loop: summary, exit), as the last ``flor replay`` of the run measured it, else as
-  the recording spent it, else ``DEFAULT_STARTUP_S``;
+  the recording spent it plus what a replay adds to that (``replay_extra``), else
+  ``DEFAULT_STARTUP_S``;
 * which blocks the script now probes: ``step_into(..., probed=...)`` read from its source.
 
 On CPU the model also counts other processes' load (``/proc/loadavg``'s running tasks): the
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -36,7 +38,7 @@ from .._files import lines, read_lines
 from ..errors import FlorError
 from ..placement import cores
 from ..plan import BlockCost, EpochCost, estimate, fastest, make_plan, restorable_epochs
-from ..runinfo import busy_cores
+from ..runinfo import busy_cores, process_started
 from ..store import ExperimentStore
 from ..store.layout import RunLayout, marks_of
 from ..store.runmeta import RunMeta
@@ -50,11 +52,38 @@ RESTORE_FIXED_S = 0.004
 RESTORE_BYTES_S = 400e6
 #: a worker's startup when neither the recording nor an earlier replay tells it
 DEFAULT_STARTUP_S = 5.0
+#: what a replay worker spends outside its epochs beyond what its recording measured of its own
+#: (the interpreter's teardown after the last flor call, which no process can time itself: 0.4-1.2 s
+#: with torch loaded on this project's 2-core VM; the replay's own set-up, ~0.1 s): 1.5-2.2 s
+#: measured there for a digits CNN script that also loads scikit-learn. Used where no replay of the
+#: experiment measured it yet (``replay_extra``)
+DEFAULT_REPLAY_EXTRA_S = 1.0
+#: runs of the experiment searched, newest first, for a launch that measured ``replay_extra_s``
+EXTRA_RUNS_SEARCHED = 20
 
 
 def load() -> float:
-    """Cores other processes keep busy now (sampled for 0.2 s; 0 where unknown)."""
-    return busy_cores(samples=10) or 0.0
+    """Cores other processes keep busy now (sampled for 0.2 s; 0 where unknown). Sampled once
+    for a few seconds: a launch that picks its worker count estimates twice, and each sample
+    was 0.2 s of its start-up."""
+    global _LOAD
+    now = time.monotonic()
+    if _LOAD is None or now - _LOAD[0] > LOAD_KEPT_S:
+        _LOAD = (now, busy_cores(samples=10) or 0.0)
+    return _LOAD[1]
+
+
+#: how long a sample of ``load`` is used again
+LOAD_KEPT_S = 5.0
+_LOAD: tuple[float, float] | None = None
+
+
+def launcher_s() -> float:
+    """Seconds this process has run so far (the interpreter, flor's imports, reading the run, the
+    estimate): what a ``flor replay`` launch spends before its first worker starts, as the
+    ``--plan`` or launch that calls this did; 0 where unknown."""
+    started = process_started()
+    return round(max(0.0, time.time() - started), 3) if started else 0.0
 
 
 def cpu_share(threads: float, busy: float) -> float:
@@ -141,7 +170,21 @@ def _marks_times(marks: Path) -> tuple[float | None, float | None]:
 
 
 def startup(run_dir: Path, meta: RunMeta) -> tuple[float, str]:
-    """Seconds from a worker's start to its first epoch, and where the number comes from."""
+    """Seconds from a worker's start to its first epoch, and where the number comes from: the
+    last ``flor replay`` of the run, else the recording (``recorded_startup``; without what a
+    replay adds to it, ``replay_extra``), else ``DEFAULT_STARTUP_S``."""
+    measured = measured_startup(run_dir)
+    if measured is not None:
+        return measured, "measured by the last flor replay of this run"  # already per unit of sharing
+    recorded = recorded_startup(run_dir, meta)
+    if recorded is not None:
+        return recorded, "the recording's start-up and wind-down"
+    return DEFAULT_STARTUP_S, "assumed: nothing measured yet"
+
+
+def measured_startup(run_dir: Path) -> float | None:
+    """A worker's start-up and wind-down as the run's last launch measured it (the median of its
+    workers), per unit of its sharing; None where no launch measured it."""
     measured: list[tuple[float, float]] = []
     for path in RunLayout(run_dir).launch_records():
         rec = read_launch_record(path)  # None for a file of another shape (one warning)
@@ -153,14 +196,39 @@ def startup(run_dir: Path, meta: RunMeta) -> tuple[float, str]:
         values = [w["startup_s"] / share for w in rec.get("segments", []) if w.get("startup_s") is not None]
         if values:
             measured.append((float(rec.get("started") or 0), sorted(values)[len(values) // 2]))
-    if measured:
-        return max(measured)[1], "measured by the last flor replay of this run"  # already per unit of sharing
+    return max(measured)[1] if measured else None
+
+
+def recorded_startup(run_dir: Path, meta: RunMeta) -> float | None:
+    """The recording's seconds from its process's start to its first epoch, plus its wind-down
+    from the loop's end to its session's close; None where its marks do not tell."""
     first, after = _marks_times(marks_of(RunLayout(run_dir).stdout))
-    if first is not None and meta.process_started:
-        wind_down = max(0.0, float(meta.ended or 0) - after) if after is not None else 0.0
-        return max(0.0, first - float(meta.process_started)) + wind_down, \
-            "the recording's start-up and wind-down"
-    return DEFAULT_STARTUP_S, "assumed: nothing measured yet"
+    if first is None or not meta.process_started:
+        return None
+    wind_down = max(0.0, float(meta.ended or 0) - after) if after is not None else 0.0
+    return max(0.0, first - float(meta.process_started)) + wind_down
+
+
+def replay_extra(store: ExperimentStore, run: str) -> tuple[float, str]:
+    """Seconds a replay worker spends outside its epochs beyond its recording's start-up and
+    wind-down (``recorded_startup``), and where the number comes from: the newest launch of
+    another run of the experiment that measured it (its record's ``replay_extra_s``), else
+    ``DEFAULT_REPLAY_EXTRA_S``. Part of it comes after the recording's last flor call (the
+    interpreter's teardown: modules, torch's threads), which only a launch sees from outside."""
+    for other in sorted((r for r in store.runs() if r != run), reverse=True)[:EXTRA_RUNS_SEARCHED]:
+        found: list[tuple[float, float]] = []
+        for path in RunLayout(store.run_path(other)).launch_records():
+            rec = read_launch_record(path) or {}
+            extra = rec.get("replay_extra_s")
+            if extra is not None and 0.0 <= extra <= MAX_REPLAY_EXTRA_S:  # bounded: a planted record
+                found.append((float(rec.get("started") or 0), float(extra)))
+        if found:
+            return max(found)[1], f"measured by the last flor replay of run {other}"
+    return DEFAULT_REPLAY_EXTRA_S, "assumed"
+
+
+#: a launch record's ``replay_extra_s`` above this is not believed
+MAX_REPLAY_EXTRA_S = 600.0
 
 
 #: an asked worker count estimated this much slower than the fastest count is named (FL504)
@@ -184,10 +252,13 @@ class ReplayEstimate:
     busy: float = 0.0  # the load of other processes when estimated
     startup_slowdown: float = 1.0  # the start-up's stretch (one thread a worker)
     notes: list[str] = field(default_factory=list)
+    recorded_startup_s: float | None = None  # the recording's own start-up, per unit of sharing (``replay_extra``)
+    launcher_s: float = 0.0  # the launcher's own time before its workers start (``launcher_s``)
 
     @property
     def total_s(self) -> float:
-        return max(self.seconds) if self.seconds else 0.0
+        """The launch's seconds: its slowest worker's, and the launcher's own before them."""
+        return (max(self.seconds) if self.seconds else 0.0) + self.launcher_s
 
     def slower_than_fewer(self) -> str | None:
         """A note where these workers are estimated slower than fewer (each worker's start-up
@@ -226,14 +297,22 @@ def estimate_replay(store: ExperimentStore, run: str, meta: RunMeta, *, workers:
     costs = epoch_costs(store, run, meta)
     restorable = restorable_epochs(meta.epoch_blocks, set(store.manifests(run)))
     start_s, source = startup(store.run_path(run), meta)
+    recorded = recorded_startup(store.run_path(run), meta)
     t = int(threads or meta.torch_threads or 1)
     busy = 0.0
     if not gpus:  # on CPU, other processes' load slowed the recording and will slow the replay
         recorded_share = cpu_share(int(meta.torch_threads or 1), float(meta.busy_cores or 0.0))
         costs = _unshared(costs, recorded_share)
-        if not source.startswith("measured"):
+        if recorded is not None:
+            recorded /= recorded_share
+        if source.startswith("the recording"):
             start_s /= recorded_share
         busy = load()
+    if source.startswith("the recording"):
+        extra, why = replay_extra(store, run)
+        start_s += extra
+        source += f", plus {extra:.1f} s a replay adds ({why})"
+
     probed = probed_blocks(script)
     kw: dict[str, Any] = {"startup_s": start_s, "probed": probed, "strong": strong, "within": within}
 
@@ -248,4 +327,5 @@ def estimate_replay(store: ExperimentStore, run: str, meta: RunMeta, *, workers:
                    startup_slowdown=lambda n: cpu_share(n, busy), **kw)
     plans = [make_plan(len(costs), p, workers, restorable, strong=strong, within=within) for p in range(workers)]
     return ReplayEstimate(workers, plans, seconds, best, by_count, start_s, source, probed,
-                          _slowdown(workers, t, gpus, busy), t, busy=busy, startup_slowdown=cpu_share(workers, busy))
+                          _slowdown(workers, t, gpus, busy), t, busy=busy, startup_slowdown=cpu_share(workers, busy),
+                          recorded_startup_s=recorded)

@@ -46,7 +46,7 @@ from ..settings import VERDICT_VARIABLES
 from ..store.ids import is_replay_id
 from ..plan import select
 from ..store import ExperimentStore
-from .estimate import ReplayEstimate, estimate_replay
+from .estimate import ReplayEstimate, estimate_replay, launcher_s
 from .executor import Executor
 from .output import WorkerOutput, clean
 from .records import read_launch_record, read_summary
@@ -181,6 +181,7 @@ class Launch:
         self.estimate: ReplayEstimate = estimate_replay(
             store, run, self.meta, workers=self.workers, script=self.script, within=self.within, strong=strong,
             threads=threads, gpus=gpus)
+        self.estimate.launcher_s = launcher_s()
         self.replay_id, self.resumed = ((str(earlier["replay"]), True) if earlier is not None
                                         else (new_replay_id(), False))
         self.states = [WorkerState(w, self.estimate.plans[w]) for w in range(self.workers)]
@@ -239,6 +240,7 @@ class Launch:
             "estimate_s": round(self.estimate.total_s, 3), "startup_from": self.estimate.startup_from,
             "slowdown": round(self.estimate.slowdown, 3), "busy_cores": round(self.estimate.busy, 2),
             "startup_slowdown": round(self.estimate.startup_slowdown, 3),
+            **({"replay_extra_s": extra} if (extra := self._replay_extra()) is not None else {}),
             "segments": [{
                 "worker": s.index, "segment": [s.plan.segment.start, s.plan.segment.stop],
                 "init": [s.plan.init.start, s.plan.init.stop], "skipped": s.skipped, "rc": s.rc,
@@ -251,6 +253,17 @@ class Launch:
         }
         self.store.write_json(self.store.run_key(self.run, "logs", self.layout.launch_record(self.replay_id).name), rec,
                               durable=False)
+
+    def _replay_extra(self) -> float | None:
+        """What this launch's workers spent outside their epochs beyond the recording's own start-up
+        and wind-down (the median worker, per unit of sharing), for the first ``--plan`` of the
+        experiment's next runs (``flor.launch.estimate.replay_extra``); None where not measured."""
+        recorded = self.estimate.recorded_startup_s
+        fixed = sorted(f for s in self.states if not s.skipped and (f := s.fixed_s()) is not None)
+        if recorded is None or not fixed:
+            return None
+        share = max(self.estimate.startup_slowdown, 1.0)
+        return round(max(0.0, fixed[len(fixed) // 2] / share - recorded), 3)
 
     # -- workers -------------------------------------------------------------------------
 

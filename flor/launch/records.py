@@ -82,7 +82,7 @@ def launch_problem(rec: Any) -> str | None:
         return f"it is a JSON {type(rec).__name__}, expected an object"
     for problem in (_field(rec, "replay", str), _field(rec, "status", str), _field(rec, "host", str),
                     _field(rec, "started", int, float), _field(rec, "slowdown", int, float),
-                    _field(rec, "startup_slowdown", int, float),
+                    _field(rec, "startup_slowdown", int, float), _field(rec, "replay_extra_s", int, float),
                     _field(rec, "pid", int), _field(rec, "workers", int), _field(rec, "segments", list)):
         if problem is not None:
             return problem

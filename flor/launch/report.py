@@ -102,8 +102,9 @@ def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: RunMeta, gpus:
     for p, secs in zip(est.plans, est.seconds):
         out.write(f"    worker {p.pid}: epochs {span(p.segment):<9} initialization epochs {span(p.init):<9} "
                   f"estimated {secs:7.1f} s\n")
-    out.write(f"  estimated time: {est.total_s:.1f} s" + (f" (workers slowed {est.slowdown:.1f}x by sharing)"
-                                                          if est.slowdown > 1 else "") + "\n")
+    why = [f"workers slowed {est.slowdown:.1f}x by sharing"] if est.slowdown > 1 else []
+    why += [f"the launcher's own {est.launcher_s:.1f} s before them"] if est.launcher_s else []
+    out.write(f"  estimated time: {est.total_s:.1f} s" + (f" ({'; '.join(why)})" if why else "") + "\n")
     counts = ", ".join(f"{n}: {t:.1f} s" for n, t in est.by_count.items())
     out.write(f"  fastest: {est.fastest[0]} worker(s), estimated {est.fastest[1]:.1f} s  (by worker count: {counts})\n")
 
