@@ -305,15 +305,19 @@ class RecordSession(Session):
         _, epoch, occ = self.open_block(name)
         # decided now, as the block starts: a checkpoint's run notes what the block changes outside
         # end() (flor.watch), which a run without one does not need (a replay re-executes it)
-        last = self.meta.timings["blocks"].get(name)
-        training_s = time.perf_counter() - (self.loop_started or self.block_started) + (last[-1] if last else 0.0)
-        policy = self.checkpoints.policy
-        self._observe_watch()
-        self.due = policy.due(name, epoch, elapsed=training_s, run_s=last[-1] if last else None)
-        if self.due and epoch and self.loop_state is not None and self.noted_for != epoch:
-            self.due = False  # a worker starting here would lack the loop's variables: not noted before it
-            policy.refused(epoch)
-        self.watch.enter(name, epoch, occ, caller_frame(), note=self.due)  # what the block starts from
+        if epoch and self.loop_state is not None and self.noted_for != epoch:
+            # a worker starting here would lack the loop's variables (not noted before it): not due,
+            # whatever the policy would say (most runs of a block per iteration: no need to ask it)
+            self.due = False
+            self.checkpoints.policy.refused(epoch)
+        else:
+            last = self.meta.timings["blocks"].get(name)
+            training_s = time.perf_counter() - (self.loop_started or self.block_started) + (last[-1] if last else 0.0)
+            self._observe_watch()
+            self.due = self.checkpoints.policy.due(name, epoch, elapsed=training_s, run_s=last[-1] if last else None)
+        # what the block starts from; a steady run (a quiet one of a block that ended twice) needs no frame
+        if self.due or not self.watch.steady_enter(name, epoch, occ):
+            self.watch.enter(name, epoch, occ, caller_frame(), note=self.due)
         if self.due:  # the RNG state it starts from goes into its checkpoint only
             self.checkpoints.block_started()
         return True
@@ -339,7 +343,9 @@ class RecordSession(Session):
     def end(self, objs: tuple) -> Any:
         name, epoch, occ = self.close_block()
         elapsed = time.perf_counter() - self.block_started
-        noted, _ = self.watch.leave(caller_frame(), objs)  # kept in the checkpoint: a restore sets them
+        noted = self.watch.steady_leave(objs)  # a steady run: only what acts there (Watch.steady_enter)
+        if noted is None:
+            noted, _ = self.watch.leave(caller_frame(), objs)  # kept in the checkpoint: a restore sets them
         outside = noted.pop("outside", None)
         carried = noted.pop("carried", None)  # tensors: kept beside the objects, not in the manifest's "watch"
         if outside:  # in-place changes since the last end(), compared by a replay at every block run

@@ -9,15 +9,16 @@ import platform
 import random
 import struct
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError, StateError
+from .torch_mark import torch_marker
 
 __all__ = ["NumpyRaw", "RNG_BYTES", "as_tuple", "capture_rng", "cuda_offset", "cuda_undrawn", "fingerprints",
-           "restore_rng", "same_rng", "settled"]
+           "markers", "restore_rng", "same_rng", "settled"]
 
 
 #: about the bytes one capture_rng() holds on the CPU (Python 2.5 kB, NumPy 2.5 kB, torch 5 kB)
@@ -59,8 +60,9 @@ def capture_rng(*, raw: bool = False) -> dict:
 def fingerprints(skip: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     """``{generator: a value equal to another's exactly when the states are}`` for the global
     generators but those in ``skip``: what ``flor.watch.draws`` compares at every block run, in
-    ~3 us rather than a capture and three ``same_rng`` (~15 us): a few raw bytes of Python's and
-    NumPy's (``_python_mark``), torch's state as bytes (no ``torch.equal``: ~4 us each).
+    ~1 us rather than a capture and three ``same_rng`` (~15 us): a few raw bytes of Python's,
+    NumPy's (``_python_mark``) and torch's (``flor.state.torch_mark``; where it cannot be read
+    raw, its state as bytes: no ``torch.equal``, ~4 us each).
 
     >>> a = fingerprints(); _ = random.random(); b = fingerprints({"numpy"})
     >>> sorted(k for k in b if a[k] != b[k]), "numpy" in b
@@ -69,16 +71,29 @@ def fingerprints(skip: frozenset[str] | set[str] = frozenset()) -> dict[str, Any
     >>> sorted(k for k, v in fingerprints().items() if a[k] != v)
     ['numpy', 'python']
     """
-    out: dict[str, Any] = {}
-    if "python" not in skip:
-        out["python"] = _python_mark()
-    if "numpy" not in skip:
-        out["numpy"] = _numpy_mark()
-    if "torch" not in skip:
-        out["torch"] = torch.default_generator.get_state().numpy().tobytes()
-    if "cuda" not in skip and torch.cuda.is_initialized() and torch.cuda.is_available():
-        out["cuda"] = tuple(t.numpy().tobytes() for t in torch.cuda.get_rng_state_all())
-    return out
+    keys, read = markers(skip)
+    return {key: mark for key, mark in zip(keys, read()) if mark is not None}
+
+
+def markers(skip: frozenset[str] | set[str] = frozenset()) -> tuple[tuple[str, ...], Callable[[], list]]:
+    """The generators ``fingerprints`` reads but those in ``skip``, and a function that gives their
+    marks in that order (CUDA's None while CUDA is not initialized): what ``flor.watch.draws``
+    calls at every block run, without a dict or a name looked up.
+
+    >>> keys, read = markers({"numpy"}); a = read(); _ = random.random(); b = read()
+    >>> [k for k, x, y in zip(keys, a, b) if x != y], "numpy" in keys
+    (['python'], False)
+    """
+    chosen = [(key, mark) for key, mark in _MARKS if key not in skip]
+    fns = tuple(mark for _, mark in chosen)
+    return tuple(key for key, _ in chosen), lambda: [mark() for mark in fns]
+
+
+def _cuda_mark() -> Any:
+    """Every initialized CUDA device's state, as bytes; None while CUDA is not initialized."""
+    if not (torch.cuda.is_initialized() and torch.cuda.is_available()):
+        return None
+    return tuple(t.numpy().tobytes() for t in torch.cuda.get_rng_state_all())
 
 
 def _python_mark() -> Any:
@@ -92,6 +107,17 @@ def _python_mark() -> Any:
     if view is None:
         return random.getstate()
     return view[0:8], random._inst.gauss_next  # type: ignore[attr-defined]
+
+
+def _torch_mark() -> Any:
+    """``torch_marker``'s mark of torch's CPU generator, or its state's bytes where it has none."""
+    generator = torch.default_generator
+    reader = _READERS.get("torch")
+    if reader is None or reader[0] is not generator:
+        reader = _READERS["torch"] = (generator, None, torch_marker(generator))
+    if reader[2] is None:
+        return generator.get_state().numpy().tobytes()
+    return reader[2]()
 
 
 def _numpy_mark() -> Any:
@@ -115,6 +141,11 @@ def _torch_clone() -> Any:
     ``clone_state``, its state tensor."""
     generator = torch.default_generator
     return _CLONE(generator) if _CLONE is not None else generator.get_state()
+
+
+#: (generator, its mark) in the order ``fingerprints`` reads them
+_MARKS: tuple[tuple[str, Callable[[], Any]], ...] = (
+    ("python", _python_mark), ("numpy", _numpy_mark), ("torch", _torch_mark), ("cuda", _cuda_mark))
 
 
 def settled(state: Any) -> Any:

@@ -109,6 +109,7 @@ class ModuleAttrProbe(Probe):
     was. Named once per (module, attribute), under the first name that reaches it."""
 
     quiet = frozenset({"leave"})  # the first end() that comes (a first run may be left open) (Probe.quiet)
+    steady = frozenset()  # ... has come once the block ended twice (Probe.steady)
 
     def __init__(self) -> None:
         self.watched: dict[str, dict[tuple[int, str], tuple[object, int, str]]] = {}

@@ -21,16 +21,12 @@ from .probe import Probe, Say, View
 
 __all__ = ["DrawsProbe", "recorded_draws"]
 
-_FINGERPRINTS: list[Callable[..., dict[str, Any]]] = []
 
+def _markers(skip: frozenset[str]) -> tuple[tuple[str, ...], Callable[[], list]]:
+    """``flor.state.rng.markers``, imported when first used (it imports torch: not at flor's import)."""
+    from ..state.rng import markers
 
-def _fingerprints() -> Callable[..., dict[str, Any]]:
-    """``flor.state.rng.fingerprints``, imported once (it imports torch: not at flor's import)."""
-    if not _FINGERPRINTS:
-        from ..state.rng import fingerprints
-
-        _FINGERPRINTS.append(fingerprints)
-    return _FINGERPRINTS[0]
+    return markers(skip)
 
 
 class DrawsProbe(Probe):
@@ -47,28 +43,36 @@ class DrawsProbe(Probe):
         self.said = False
         #: recording: the generators every block so far is known to have drawn before (not looked at again)
         self._known: frozenset[str] = frozenset()
+        self._read: tuple[tuple[str, ...], Callable[[], list]] | None = None  # markers(self._known)
 
     def leave(self, view: View, say: Say) -> None:
         if view.replay and (self.recorded is None or self.said):
             return
         # at every block run (a sampling evaluation may run every N of them), so only what tells a draw
         # (``fingerprints``), and not the generators every block seen so far is known to have drawn from
-        self.last = _fingerprints()(self._known)
+        if self._read is None:
+            self._read = _markers(self._known)
+        keys, read = self._read
+        self.last = (keys, read, read())
 
     def enter(self, view: View, say: Say) -> None:
         last, self.last = self.last, None
         if last is None or (view.replay and (self.recorded is None or self.said)):
             return
-        now = _fingerprints()(self._known)
-        found = {k for k, v in last.items() if now.get(k, v) != v}
+        keys, read, before = last
+        now = read()  # CUDA's mark is None until it is initialized: not a draw
+        found = set() if now == before else {k for k, a, b in zip(keys, before, now) if a != b and None not in (a, b)}
         if not view.replay:
             if found:
                 drew = self.drew.setdefault(view.block, set())
                 drew.update(found)
-                self._known = frozenset.intersection(*(frozenset(d) for d in self.drew.values()))
+                known = frozenset.intersection(*(frozenset(d) for d in self.drew.values()))
+                if known != self._known:
+                    self._known, self._read = known, None
             elif view.block not in self.drew:
                 self.drew[view.block] = set()
-                self._known = frozenset()
+                if self._known:
+                    self._known, self._read = frozenset(), None
             return
         new = sorted(found - set((self.recorded or {}).get(view.block, ())))
         if new and self.pending is None:  # said where a block's recorded random state is then set

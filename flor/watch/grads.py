@@ -75,6 +75,10 @@ class GradProbe(Probe):
     it carried, ``carried(block)`` is told (the recording then keeps the block's gradients in its
     checkpoints: run.json ``grads_carried``)."""
 
+    #: its second run's enter and leave (the first picks the parameter) are over once the block ended
+    #: twice: a steady run calls neither (Probe.steady)
+    steady = frozenset()
+
     def __init__(self, carried: Callable[[str], None]) -> None:
         self.carried = carried
         self.params: dict[str, Any] = {}

@@ -46,6 +46,7 @@ class NamesProbe(Probe):
     ``view.named``: a name set as recorded is not stale."""
 
     quiet = frozenset({"leave"})  # the first end() that comes (a first run may be left open) (Probe.quiet)
+    steady = frozenset()  # ... has come once the block ended twice (Probe.steady)
 
     def __init__(self) -> None:
         self.sites: dict[str, tuple[str, int, set[str]] | None] = {}

@@ -94,6 +94,11 @@ class Probe:
     #: nor checkpointed (``View.first``, ``View.note``): the others are not called there, so a loop
     #: of short block runs (docs/loops.md) pays only for these
     quiet: frozenset[str] = frozenset({"enter", "leave"})
+    #: of those, the verbs that still act at a quiet run once the block has ended twice (a "steady"
+    #: run: its first and second runs are over); None: the same as ``quiet``. A steady run calls
+    #: only these, with a view it reuses (no frame, ``first``/``note``/``replay`` False), and is
+    #: timed as a whole (``Watch.by_probe["steady runs"]``): a block per iteration pays just them
+    steady: frozenset[str] | None = None
 
     def enter(self, view: View, say: Say) -> None:
         """At ``step_into``."""
@@ -126,6 +131,9 @@ class Watch:
         self.by_probe: dict[str, float] = {}  # probe -> its seconds, all verbs (run.json timings.watch_probes_s)
         self._entered: set[str] = set()  # blocks entered at least once
         self._open: View | None = None
+        self._ends: dict[str, int] = {}  # block -> its runs that reached leave()
+        self._settled: set[str] = set()  # recording: blocks ended twice, whose quiet runs are steady (Probe.steady)
+        self._steady = View("", None, 0, None, first=False, note=False)  # the view every steady run reuses
 
     @property
     def probes(self) -> list[Probe]:
@@ -143,6 +151,9 @@ class Watch:
             self._verbs[verb] = [(type(probe).__name__, getattr(probe, verb)) for probe in acting]
             self._verbs[f"quiet {verb}"] = [(type(probe).__name__, getattr(probe, verb)) for probe in acting
                                             if verb in probe.quiet]
+            self._verbs[f"steady {verb}"] = [(type(probe).__name__, getattr(probe, verb)) for probe in acting
+                                             if verb in (probe.quiet if probe.steady is None else probe.steady)]
+        self._steady_enter, self._steady_leave = self._verbs["steady enter"], self._verbs["steady leave"]
 
     def enter(self, block: str, epoch: int | None, occ: int, frame: FrameType | None,
               noted: dict[str, Any] | None = None, *, note: bool = True) -> list[str]:
@@ -173,7 +184,46 @@ class Watch:
                 for names in self._each(verb, view, noted):
                     found += names or []
         self._each("quiet leave" if view.quiet else "leave", view)
+        ends = self._ends[view.block] = self._ends.get(view.block, 0) + 1
+        if ends >= 2 and not self.replay:
+            self._settled.add(view.block)
         return view.noted, sorted(set(found))
+
+    def steady_enter(self, block: str, epoch: int | None, occ: int) -> bool:
+        """``step_into`` of a recording's quiet run (neither the block's first nor checkpointed):
+        where the block has ended twice, only the verbs that still act there (``Probe.steady``),
+        with the one view steady runs reuse, and True; else False (nothing done: call ``enter``)."""
+        if block not in self._settled:
+            return False
+        view = self._open = self._steady
+        view.block, view.epoch, view.occ = block, epoch, occ
+        self._run_steady(self._steady_enter, view)
+        return True
+
+    def steady_leave(self, objs: tuple) -> dict[str, Any] | None:
+        """``end()`` of a run ``steady_enter`` opened: its steady verbs, and what they noted (None
+        where the open run is not steady: call ``leave``)."""
+        view = self._open
+        if view is not self._steady:
+            return None
+        self._open = None
+        view.objs = objs
+        view.noted.clear()
+        self._run_steady(self._steady_leave, view)
+        return view.noted
+
+    def _run_steady(self, verbs: list[tuple[str, Callable[..., Any]]], view: View) -> None:
+        """``_each`` for a steady run: one clock for all its verbs."""
+        say, clock = self._say, time.perf_counter
+        t0 = clock()
+        for kind, method in verbs:
+            try:
+                method(view, say)
+            except Exception as exc:  # noqa: BLE001 - as in _each: a probe only advises
+                self.failed.setdefault(kind, repr(exc)[:300])
+        spent = clock() - t0
+        self.seconds += spent
+        self.by_probe["steady runs"] = self.by_probe.get("steady runs", 0.0) + spent
 
     def drop(self) -> None:
         """The open block closed without ``end()`` (an exception, ``continue``)."""

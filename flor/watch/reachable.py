@@ -277,6 +277,7 @@ class GeneratorProbe(Probe):
     ``drawn_generators``): a reseed in between makes it the same in a replay."""
 
     quiet = frozenset({"enter"})  # its second entry names what the first run drew (Probe.quiet)
+    steady = frozenset()  # ... and comes before the block's second end (Probe.steady)
 
     def __init__(self) -> None:
         self.watched: dict[str, list[tuple[str, Any, bytes]]] = {}

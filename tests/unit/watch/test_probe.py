@@ -4,6 +4,7 @@ own frame is the frame a SkipBlock would see."""
 
 from __future__ import annotations
 
+import random
 import sys
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from flor.watch.attributes import ModuleAttrProbe
+from flor.watch.draws import DrawsProbe
 from flor.watch.grads import GradProbe
 from flor.watch.names import NamesProbe
 from flor.watch.outside import OutsideProbe
@@ -97,6 +99,60 @@ def test_a_recordings_quiet_run_calls_only_the_verbs_its_probes_need_there() -> 
         replay.enter("train", epoch, 0, frame, {})
         replay.leave(frame, ())
     assert [verb for _, verb, *_ in log] == ["enter", "leave", "enter", "leave"]
+
+
+def _run(watch: Watch, epoch: int, objs: tuple = (), *, note: bool = False, block: str = "train") -> dict:
+    """One block run as the recorder drives it: a steady run where the watch takes it, else enter/leave."""
+    frame = sys._getframe(1)
+    if note or not watch.steady_enter(block, epoch, 0):
+        watch.enter(block, epoch, 0, frame, note=note)
+    noted = watch.steady_leave(objs)
+    if noted is None:
+        noted, _ = watch.leave(frame, objs)
+    return dict(noted)
+
+
+def test_a_block_that_ended_twice_has_steady_quiet_runs_with_only_the_verbs_that_act_there() -> None:
+    """From a block's third run, a quiet one calls only ``Probe.steady``'s verbs (default: ``quiet``'s),
+    timed as one; a checkpointed run, another block's first and a replay's still call every verb."""
+    class Settles(Recorder):
+        steady: frozenset = frozenset()
+
+    class Fails(Probe):
+        def leave(self, view: View, say: Any) -> None:
+            raise ValueError("odd")
+
+    log: list = []
+    watch = Watch([Recorder(log, "always"), Settles(log, "settles"), Fails()], Said())
+    for epoch, note in ((0, False), (1, False), (2, False), (3, True), (4, False)):
+        _run(watch, epoch, note=note)
+    # run 2 steady, run 3 checkpointed (every verb), run 4 steady: "settles" enters at runs 0, 1 and 3 only
+    assert [name for name, verb, *_ in log if verb == "enter"] == ["always", "settles", "always", "settles", "always",
+                                                                    "always", "settles", "always"]
+    assert watch.by_probe["steady runs"] > 0 and watch.failed == {"Fails": "ValueError('odd')"}
+    assert not watch.steady_enter("eval", 5, 0)  # another block: its own first runs
+    replay = Watch([Settles(log := [], "settles")], Said(), replay=True)
+    for epoch in range(4):
+        _run(replay, epoch)
+    assert len(log) == 8  # a replay never has steady runs
+
+
+def test_steady_runs_still_find_an_in_place_change_and_a_draw_between_them() -> None:
+    """The steady verbs of OutsideProbe and DrawsProbe: what code between two steady runs changes in
+    place or draws is found as at any run."""
+    net = torch.nn.Linear(2, 2)
+    draws = DrawsProbe()
+    watch = Watch([VariablesProbe(), OutsideProbe(), GradProbe(lambda name: None), NamesProbe(), draws], Said())
+    found = {}
+    for epoch in range(8):
+        found[epoch] = _run(watch, epoch, (net,), note=epoch == 0).get("outside")
+        if epoch == 4:
+            with torch.no_grad():
+                net.bias.add_(1.0)
+            random.random()
+    assert watch.by_probe["steady runs"] > 0  # runs 2 to 7 were steady
+    assert {e: f for e, f in found.items() if f} == {5: {"end() object 0: bias": 1}}
+    assert draws.noted() == {"train": ["python"]}
 
 
 def test_an_end_without_step_into_notes_nothing() -> None:

@@ -1,0 +1,135 @@
+"""What tells whether torch's CPU generator drew, read from its memory: ``fingerprints``
+(``flor.state.rng``) compares it at every block run, where ``get_state()`` would copy 5 kB
+into a new tensor twice a run (~2 us each, ~10 right after a training step has taken the caches).
+
+The generator (``CPUGeneratorImpl``) holds a Mersenne Twister (``mt19937_data_pod``: ``uint64
+seed_``, ``int left_``, ``bool seeded_``, ``uint32 next_``, then 624 ``uint32`` words) followed
+by two ``std::optional`` spare normal deviates (a ``float``, a ``double``). A draw moves
+``left_``/``next_`` (the 624th since the last twist twists every word, so the first word
+changes), or uses up a spare deviate without moving them, or sets one. The mark is those
+fields (the spares' values only where they hold one: a spent one leaves stale bytes behind),
+the same reasoning as Python's and NumPy's marks. (``get_state()`` itself copies a flag torch
+leaves uninitialized, and ``set_state()`` sets the spare float from it: the mark, unlike
+``get_state()``'s bytes, sees that spare as it is.)
+
+The words are found once in a private generator's memory by the words its ``get_state()``
+gives, and the layout is kept only if, on that generator, the header agrees with
+``get_state()`` and, over a sequence of draws of every kind (uniform, a spare deviate set and
+used up, float64, integers, a reseed), the mark changes at each draw and stays where nothing
+is drawn; then
+the global generator's header must agree with its ``get_state()`` (read only: it is not drawn
+from). Anything else (another torch, Python, or build) gives None, and ``fingerprints`` falls
+back to ``get_state()``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import struct
+import sys
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["torch_marker"]
+
+_WORDS = 624
+_HEADER = "@qi?xxxI"  # seed_, left_, seeded_, (padding), next_: the 20 bytes before the words
+_SIZE = 20 + 4 * _WORDS + 8 + 16  # and the two optional spares (float: 8 bytes, double: 16)
+_FLOAT, _DOUBLE = 20 + 4 * _WORDS, 20 + 4 * _WORDS + 8
+#: the generator object -> its marker (None: it cannot be read raw); kept, so its memory stays valid
+_MARKERS: dict[int, tuple[Any, Callable[[], Any] | None]] = {}
+
+
+def torch_marker(generator: torch.Generator) -> Callable[[], Any] | None:
+    """A function that returns ``generator``'s mark (equal to another of its marks exactly when
+    its state is the same), or None where its memory cannot be read as expected.
+
+    >>> g = torch.Generator(); _ = g.manual_seed(1); mark = torch_marker(g) or (lambda: g.get_state().tolist())
+    >>> a = mark(); _ = torch.randn(1, generator=g); b = mark(); _ = torch.randn(1, generator=g)
+    >>> a != b, b != mark(), mark() == mark()  # a spare deviate set, then used up: both are draws
+    (True, True, True)
+    """
+    found = _MARKERS.get(id(generator))
+    if found is None or found[0] is not generator:
+        found = _MARKERS[id(generator)] = (generator, _marker(generator))
+    return found[1]
+
+
+def _marker(generator: torch.Generator) -> Callable[[], Any] | None:
+    offset = _LAYOUT[0] if _LAYOUT else _LAYOUT.setdefault(0, _layout())
+    if offset is None or generator.device.type != "cpu":
+        return None
+    try:
+        view = _view(generator, offset)
+        if view is None or not _header_agrees(view, generator.get_state().numpy().tobytes()):
+            return None
+    except Exception:  # noqa: BLE001 - any surprise: get_state, as before
+        return None
+    return lambda: _mark(view)
+
+
+def _mark(view: Any) -> tuple:
+    spares = view[_FLOAT:_SIZE]
+    return (view[0:13], view[16:24], spares[0:4] if spares[4] else None, spares[8:16] if spares[16] else None)
+
+
+def _view(generator: torch.Generator, offset: int) -> Any:
+    """The generator's ``mt19937_data_pod`` and spares as a ctypes array over its memory: the
+    ``THPGenerator`` object holds a pointer to its ``GeneratorImpl`` right after its header."""
+    impl = ctypes.c_void_p.from_address(id(generator) + object.__basicsize__).value
+    return None if not impl else (ctypes.c_char * _SIZE).from_address(impl + offset - 20)
+
+
+def _header_agrees(view: Any, state: bytes) -> bool:
+    """Whether the raw fields are what ``get_state()`` (``CPUGeneratorImplStateLegacy``: ``int64
+    seed, int left, int seeded, uint64 next, uint64 words[624], ...``) says."""
+    seed, left, seeded, nxt = struct.unpack_from("@qiiQ", state, 0)
+    words = struct.unpack_from(f"@{_WORDS}Q", state, 24)
+    raw = bytes(view)
+    return (struct.unpack_from(_HEADER, raw, 0) == (seed, left, bool(seeded), nxt)
+            and raw[20:20 + 4 * _WORDS] == struct.pack(f"@{_WORDS}I", *words))
+
+
+_LAYOUT: dict[int, int | None] = {}
+
+
+def _layout() -> int | None:
+    """The offset of the words in a ``CPUGeneratorImpl``, checked on a private generator."""
+    try:
+        if platform.python_implementation() != "CPython" or sys.byteorder != "little":
+            return None
+        probe = torch.Generator()
+        probe.manual_seed(20261207)
+        torch.rand(3, generator=probe)
+        state = probe.get_state().numpy().tobytes()
+        words = struct.pack(f"@{_WORDS}I", *struct.unpack_from(f"@{_WORDS}Q", state, 24))
+        impl = ctypes.c_void_p.from_address(id(probe) + object.__basicsize__).value
+        if not impl:
+            return None
+        at = ctypes.string_at(impl, 512).find(words[:16])
+        if at < 20 or ctypes.string_at(impl + at, len(words)) != words:
+            return None
+        view = (ctypes.c_char * _SIZE).from_address(impl + at - 20)
+        draws: list[Callable[[], Any] | None] = [  # None: nothing drawn
+            None, lambda: torch.rand(2, generator=probe), lambda: torch.randn(1, generator=probe), None,
+            lambda: torch.randn(1, generator=probe), lambda: torch.randn(1, generator=probe),
+            lambda: torch.randn(1, generator=probe, dtype=torch.float64),
+            lambda: torch.randint(9, (3,), generator=probe),
+            lambda: torch.randn(40, generator=probe), lambda: torch.rand(1000, generator=probe),
+            lambda: probe.manual_seed(20261206), lambda: torch.randn(1, generator=probe), None,
+        ]
+        for draw in draws:
+            before, mark = probe.get_state().numpy().tobytes(), _mark(view)
+            if draw is not None:
+                draw()
+            after = probe.get_state().numpy().tobytes()
+            # a draw changes both; nothing drawn, the mark stays (get_state's bytes need not: torch leaves
+            # a flag of its spare float uninitialized)
+            moved = after != before if draw is not None else False
+            if moved != (_mark(view) != mark) or not _header_agrees(view, after):
+                return None
+        return at
+    except Exception:  # noqa: BLE001 - any surprise: get_state, as before
+        return None
