@@ -112,9 +112,10 @@ class RecordSession(Session):
         self.loop_started: float | None = None
         self.epoch_blocks: list[list] = []
         self.due = False  # whether the open block's run is checkpointed (decided at its step_into)
+        self._block_times: dict[str, list[float]] = {}  # block -> its run times in run.json (timings.blocks)
         self.saved = False  # whether a block of this epoch was checkpointed: run.json is written at its end
         self.meta_written = 0.0  # when run.json was last written (perf_counter)
-        self.meta_write_s = 0.0  # ... and how long that took
+        self.meta_due_at = 0.0  # ... and when it is next written after an epoch without a checkpoint
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
         self.draws = DrawsProbe()  # run.json drew_between: what the code between blocks draws (flor.watch.draws)
@@ -152,7 +153,9 @@ class RecordSession(Session):
         if loop is not None:
             self.meta.timings["outer_state_s"] = round(loop.seconds, 6)
         written = self.record.write(durable=durable)
-        self.meta_write_s = time.perf_counter() - self.meta_written
+        # the next write without a checkpoint: META_EVERY_S after this one began, or 50 times what it took
+        took = time.perf_counter() - self.meta_written
+        self.meta_due_at = self.meta_written + max(META_EVERY_S, META_WRITE_SHARE * took)
         return written
 
     def _grads_carried(self, name: str) -> None:
@@ -260,7 +263,8 @@ class RecordSession(Session):
     def end_epoch(self, epoch: int, *, noted: bool = True) -> None:
         """The epoch's body ran to its end; ``noted``: the state the next epoch starts from is noted
         (not when the loop is left: there is no next epoch)."""
-        self.close_left_open("at the end of the epoch")
+        if self.open is not None:
+            self.close_left_open("at the end of the epoch")
         if noted and self.loop_state is not None and self._worker_may_start(epoch + 1):
             self.loop_state.epoch_end(epoch, self.passed_ids)  # for a replay worker that starts at the next epoch
             self.noted_for = epoch + 1
@@ -274,7 +278,7 @@ class RecordSession(Session):
         # loop of short epochs (a block per iteration, docs/loops.md) does not pay a file rename each (9 ms
         # here), nor the trackers' and the policy's notes, nor a long run.json's write more than 1/50 of
         # the time; a kill -9 loses at most that much of epochs_done, a normal end writes it all
-        if self.saved or now - self.meta_written >= max(META_EVERY_S, META_WRITE_SHARE * self.meta_write_s):
+        if self.saved or now >= self.meta_due_at:
             self._note_trackers()
             self.write_meta()
         self.saved = False
@@ -294,6 +298,8 @@ class RecordSession(Session):
         if planned is not None and epoch >= planned:
             return False  # the loop ends: no epoch to start at
         policy = self.checkpoints.policy
+        if policy.every is not None:  # a fixed schedule: what the blocks ran and when does not matter
+            return policy.may_be_due((), epoch, elapsed=0.0)
         blocks = self.meta.timings["blocks"]
         run_s = {name: blocks[name][-1] for name, _ in self.epoch_blocks if blocks.get(name)}
         elapsed = time.perf_counter() - (self.loop_started or self.block_started) + max(run_s.values(), default=0.0)
@@ -355,7 +361,10 @@ class RecordSession(Session):
             self.meta.outside_blocks.append([name, occ])
         else:
             self.epoch_blocks.append([name, occ])
-        self.meta.timings["blocks"].setdefault(name, []).append(round(elapsed, 6))
+        times = self._block_times.get(name)
+        if times is None:
+            times = self._block_times[name] = self.meta.timings["blocks"].setdefault(name, [])
+        times.append(round(elapsed, 6))
         if self.ranks is not None:  # every rank fingerprints the same blocks; rank 0 notes who differs
             self.ranks.check(name, epoch, objs, self.meta)
         if self.due:

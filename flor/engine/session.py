@@ -83,7 +83,10 @@ class Session:
         self.store = ExperimentStore(settings.home, settings.name)
         self.epoch: int | None = None
         self.loop = "before"  # before | in | after: where the process is relative to flor.it
-        self.occurrences: dict[tuple[str, int | None], int] = {}
+        self.occurrences: dict[str, int] = {}  # block -> its runs outside the loop (before it and after it)
+        self._this_epoch: dict[str, int] = {}  # ... and in the epoch ``_occurrences_of``
+        self._occurrences_of: int | None = None
+        self._block_names: set[str] = set()  # names check_block_name accepted
         self.open: tuple[str, int | None, int] | None = None
         # (open block, its epoch, the block whose step_into closed it): a later end() with no
         # open block in the same epoch is then a nested SkipBlock, and the error says so
@@ -226,13 +229,22 @@ class Session:
         self.epoch = None
 
     def open_block(self, name: str) -> tuple[str, int | None, int]:
-        self.store.check_block_name(name)
+        if name not in self._block_names:  # checked once a name (a block per iteration: every run)
+            self._block_names.add(self.store.check_block_name(name))
         if self.open is not None:
             self.superseded = (self.open[0], self.open[1], name)
             self.close_left_open(f"when SkipBlock {name!r} was entered")
-        occ = self.occurrences.get((name, self.epoch), 0)
-        self.occurrences[(name, self.epoch)] = occ + 1
-        self.open = (name, self.epoch, occ)
+        epoch = self.epoch
+        if epoch is None:  # before and after the loop: one count, kept
+            occurrences = self.occurrences
+        elif epoch == self._occurrences_of:
+            occurrences = self._this_epoch
+        else:  # the epoch's own counts, dropped at the next one (600k epochs: not 600k keys)
+            occurrences, self._occurrences_of = self._this_epoch, epoch
+            occurrences.clear()
+        occ = occurrences.get(name, 0)
+        occurrences[name] = occ + 1
+        self.open = (name, epoch, occ)
         self.block_started = time.perf_counter()
         return self.open
 

@@ -86,7 +86,46 @@ def markers(skip: frozenset[str] | set[str] = frozenset()) -> tuple[tuple[str, .
     """
     chosen = [(key, mark) for key, mark in _MARKS if key not in skip]
     fns = tuple(mark for _, mark in chosen)
-    return tuple(key for key, _ in chosen), lambda: [mark() for mark in fns]
+    keys = tuple(key for key, _ in chosen)
+
+    def each() -> list:
+        return [mark() for mark in fns]
+
+    return keys, _raw_marks(keys, each) or each
+
+
+def _raw_marks(keys: tuple[str, ...], each: Callable[[], list]) -> Callable[[], list] | None:
+    """``markers``' function as one closure over the raw views of Python's, NumPy's and torch's
+    global generators (the marks ``_python_mark``, ``_numpy_mark`` and ``_torch_mark`` give, without
+    their look-ups: read twice a block run); ``each`` where a global generator is another object
+    than when it was made. None where one of them cannot be read raw."""
+    for mark in (_python_mark, _numpy_mark, _torch_mark):
+        mark()  # the readers made
+    python, numpy_, torch_ = _READERS.get("python"), _READERS.get("numpy"), _READERS.get("torch")
+    if python is None or numpy_ is None or torch_ is None or None in (python[2], numpy_[2], torch_[2]):
+        return None
+    inst, view = python[0], python[2]
+    rs, bitgen, (state, has_gauss, gauss) = numpy_
+    generator, torch_mark = torch_[0], torch_[2]
+    mtrand, torch_module, end = np.random.mtrand, torch, NumpyRaw.STATE_BYTES
+    py, npy, tch, cuda = ("python" in keys, "numpy" in keys, "torch" in keys, "cuda" in keys)
+
+    def read() -> list:
+        if random._inst is not inst or mtrand._rand is not rs or rs._bit_generator is not bitgen \
+                or torch_module.default_generator is not generator:
+            return each()
+        out: list = []
+        if py:
+            out.append((view[0:8], inst.gauss_next))  # type: ignore[attr-defined]
+        if npy:
+            out.append((state[0:4], state[end - 4:end], has_gauss.value, gauss.value))
+        if tch:
+            out.append(torch_mark())
+        if cuda:
+            out.append(_cuda_mark())
+        return out
+
+    return read
 
 
 def _cuda_mark() -> Any:

@@ -41,6 +41,7 @@ class OutsideChanges:
 
     def __init__(self) -> None:
         self.objs: tuple = ()  # (index, module) of what the last walk was given
+        self.types: tuple = ()  # the types of what the last end() was given (its modules: ``objs``)
         self.paths: list[str] = []
         self.tensors: list[Any] = []
         self.versions: list[int] | None = None  # at the last end(); None: read at step_into already
@@ -55,15 +56,21 @@ class OutsideChanges:
         if torch is None:
             return
         try:
-            module = torch.nn.Module
-            mods = tuple((i, obj) for i, obj in enumerate(objs) if isinstance(obj, module))
-            if walk or self.runs >= self.WALK_EVERY or len(mods) != len(self.objs) \
-                    or any(a[1] is not b[1] for a, b in zip(mods, self.objs)):
-                self._walk(mods)
+            types = tuple(map(type, objs))
+            same = types == self.types and not walk and self.runs < self.WALK_EVERY
+            if same:  # the same kinds of objects as last time: the same modules? (no generator: every run)
+                for i, mod in self.objs:
+                    if objs[i] is not mod:
+                        same = False
+                        break
+            if not same:
+                module = torch.nn.Module
+                self._walk(tuple((i, obj) for i, obj in enumerate(objs) if isinstance(obj, module)))
+                self.types = types
             self.runs += 1
             self.versions = [t._version for t in self.tensors]
         except Exception:  # noqa: BLE001 - a check, never a reason for training to stop
-            self.objs, self.paths, self.tensors, self.versions = (), [], [], None
+            self.objs, self.types, self.paths, self.tensors, self.versions = (), (), [], [], None
 
     def _walk(self, mods: tuple) -> None:
         paths: list[str] = []
