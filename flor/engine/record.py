@@ -30,7 +30,7 @@ from ..store.trust import sign_run, sign_trackers
 from ..watch.attributes import ModuleAttrProbe
 from ..watch.carried import CarriedProbe
 from ..watch.draws import DrawsProbe
-from ..watch.frames import caller_frame, left_normally
+from ..watch.frames import PassedIds, caller_frame, left_normally
 from ..watch.grads import GradProbe
 from ..watch.loop import LoopState, StateFile
 from ..watch.names import NamesProbe
@@ -125,7 +125,7 @@ class RecordSession(Session):
         self.state_file = StateFile(self.layout.state)  # the loop's variables, changes outside the blocks
         self.loop_state: LoopState | None = None
         self.noted_for: int | None = None  # the epoch before which the loop's variables were last noted
-        self.passed_ids: set[int] = set()  # given to end() this epoch: the loop state does not name them
+        self.passed = PassedIds()  # given to end() this epoch: the loop state does not name them
         self.meta.process_started = process_started()  # flor replay --plan: the script's startup ...
         self.meta.busy_cores = busy_cores()  # ... and how busy the CPUs were with other work
         self.ranks = RankLink.for_record(settings)  # DDP: the other ranks log beside this run
@@ -266,9 +266,9 @@ class RecordSession(Session):
         if self.open is not None:
             self.close_left_open("at the end of the epoch")
         if noted and self.loop_state is not None and self._worker_may_start(epoch + 1):
-            self.loop_state.epoch_end(epoch, self.passed_ids)  # for a replay worker that starts at the next epoch
+            self.loop_state.epoch_end(epoch, self.passed.ids)  # for a replay worker that starts at the next epoch
             self.noted_for = epoch + 1
-        self.passed_ids.clear()
+        self.passed.ids.clear()
         self.meta.epochs_done = epoch + 1
         self.meta.epoch_blocks[str(epoch)] = self.epoch_blocks
         now = time.perf_counter()
@@ -356,7 +356,7 @@ class RecordSession(Session):
         carried = noted.pop("carried", None)  # tensors: kept beside the objects, not in the manifest's "watch"
         if outside:  # in-place changes since the last end(), compared by a replay at every block run
             self.state_file.write(epoch, {"block": name, "occ": occ, "outside": outside})
-        self.passed_ids.update(map(id, objs))  # outer-loop state: these are checkpointed, not named
+        self.passed.add(objs)  # outer-loop state: these are checkpointed, not named
         if epoch is None:
             self.meta.outside_blocks.append([name, occ])
         else:
