@@ -272,7 +272,8 @@ class RecordSession(Session):
         self.meta.epochs_done = epoch + 1
         self.meta.epoch_blocks[str(epoch)] = self.epoch_blocks
         now = time.perf_counter()
-        self.meta.timings["epoch_s"].append(round(now - self.epoch_started, 6))
+        # to the microsecond, as round(x, 6) but ~5x cheaper (a loop of short epochs: every block run)
+        self.meta.timings["epoch_s"].append(int((now - self.epoch_started) * 1e6 + 0.5) / 1e6)
         self.logs.flush()
         # after an epoch with a checkpoint (a replay restores from it), else at most every META_EVERY_S: a
         # loop of short epochs (a block per iteration, docs/loops.md) does not pay a file rename each (9 ms
@@ -364,7 +365,7 @@ class RecordSession(Session):
         times = self._block_times.get(name)
         if times is None:
             times = self._block_times[name] = self.meta.timings["blocks"].setdefault(name, [])
-        times.append(round(elapsed, 6))
+        times.append(int(elapsed * 1e6 + 0.5) / 1e6)  # to the microsecond, as in end_epoch
         if self.ranks is not None:  # every rank fingerprints the same blocks; rank 0 notes who differs
             self.ranks.check(name, epoch, objs, self.meta)
         if self.due:

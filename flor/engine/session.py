@@ -101,6 +101,7 @@ class Session:
         self._written = [True]  # the Tees wrote since the last mark: the log's offset must be read again
         self._mark_at = 0  # the log's offset at the last mark
         self._marks_flushed = 0.0  # time.time() of the marks file's last flush
+        self._epoch_marks: list[tuple[int, float, int]] = []  # (offset, time, epoch) not written yet
         self._streams: tuple[Any, Any] | None = None
         self._closed = False  # subclasses call _install_hooks() once fully set up
         self._warned: set = set()
@@ -173,31 +174,45 @@ class Session:
                 self._tee_file.flush()
                 self._mark_at = self._tee_file.tell()
             now = time.time()
+            if kind == "epoch" and epoch is not None and not extra:
+                # an epoch's mark reaches the file within MARKS_EVERY_S (a kill -9 loses at most that), kept
+                # as numbers until then (a loop of short epochs does not format and write a line each)
+                self._epoch_marks.append((self._mark_at, now, epoch))
+                if now - self._marks_flushed >= MARKS_EVERY_S:
+                    self._write_marks(now)
+                return
             if extra:
                 rec = {"mark": kind, "at": self._mark_at, "t": now, **extra}
                 if epoch is not None:
                     rec["epoch"] = epoch
                 line = json.dumps(rec)
-            else:  # json.dumps' text for these, without its cost at every epoch (``kind`` is flor's own word)
+            else:  # json.dumps' text for these (``kind`` is flor's own word)
                 line = f'{{"mark": "{kind}", "at": {self._mark_at}, "t": {now!r}' + (
                     "}" if epoch is None else f', "epoch": {int(epoch)}}}')
-            self._marks_file.write(line + "\n")
-            # an epoch's mark reaches the file within MARKS_EVERY_S (a kill -9 loses at most that), the others at once
-            if kind != "epoch" or now - self._marks_flushed >= MARKS_EVERY_S:
-                self._marks_file.flush()
-                self._marks_flushed = now
+            self._write_marks(now, line + "\n")  # the others at once, after the epochs' before them
         except OSError as exc:  # marks help the readers; they must never fail training
             self.write_failed("stdout marks", exc)
         except ValueError:
             pass  # closed
 
+    def _write_marks(self, now: float, line: str = "") -> None:
+        """The epochs' marks kept so far, then ``line``, into the marks file, flushed."""
+        pending, self._epoch_marks = self._epoch_marks, []
+        if self._marks_file is None:
+            return
+        self._marks_file.write("".join(f'{{"mark": "epoch", "at": {at}, "t": {t!r}, "epoch": {int(epoch)}}}\n'
+                                       for at, t, epoch in pending) + line)
+        self._marks_file.flush()
+        self._marks_flushed = now
+
     def flush_marks(self) -> None:
         """The marks noted so far into their file (a signal: the process may end without ``close``)."""
         try:
-            if self._marks_file is not None:
-                self._marks_file.flush()
-        except (OSError, ValueError):
-            pass
+            self._write_marks(time.time())
+        except OSError as exc:
+            self.write_failed("stdout marks", exc)
+        except ValueError:
+            pass  # closed
 
     def untee_output(self) -> None:
         if self._streams is not None:
@@ -205,6 +220,7 @@ class Session:
             sys.stderr.flush()
             sys.stdout, sys.stderr = self._streams
             self._streams = None
+        self.flush_marks()
         for attr in ("_tee_file", "_marks_file"):
             fh = getattr(self, attr)
             setattr(self, attr, None)
