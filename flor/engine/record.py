@@ -148,7 +148,8 @@ class RecordSession(Session):
         self.meta.checkpoint_policy = self.checkpoints.policy.describe()
         if watch is not None:
             self.meta.timings["block_vars_s"] = round(watch.seconds, 6)
-            self.meta.timings["watch_probes_s"] = {k: round(v, 6) for k, v in list(watch.by_probe.items())}
+            self.meta.timings["watch_probes_s"] = {k: round(v, 6) for k, v in
+                                                   [*watch.by_probe.items(), ("steady runs", watch.steady_s)]}
         loop = getattr(self, "loop_state", None)
         if loop is not None:
             self.meta.timings["outer_state_s"] = round(loop.seconds, 6)

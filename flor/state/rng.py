@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, StateError
-from .torch_mark import torch_marker
+from .torch_mark import SPARES, torch_marker, torch_view
 
 __all__ = ["NumpyRaw", "RNG_BYTES", "as_tuple", "capture_rng", "cuda_offset", "cuda_undrawn", "fingerprints",
            "markers", "restore_rng", "same_rng", "settled"]
@@ -106,9 +106,14 @@ def _raw_marks(keys: tuple[str, ...], each: Callable[[], list]) -> Callable[[], 
         return None
     inst, view = python[0], python[2]
     rs, bitgen, (state, has_gauss, gauss) = numpy_
-    generator, torch_mark = torch_[0], torch_[2]
-    mtrand, torch_module, end = np.random.mtrand, torch, NumpyRaw.STATE_BYTES
+    generator, tview = torch_[0], torch_view(torch_[0])
+    mtrand, torch_module, cuda_module, end = np.random.mtrand, torch, torch.cuda, NumpyRaw.STATE_BYTES
     py, npy, tch, cuda = ("python" in keys, "numpy" in keys, "torch" in keys, "cuda" in keys)
+    # whether CUDA was initialized, without is_initialized()'s call (its flag, where this torch has it)
+    cuda = cuda and hasattr(cuda_module, "_initialized")
+    if tview is None or (not cuda and "cuda" in keys):
+        return None
+    start, size = SPARES
 
     def read() -> list:
         if random._inst is not inst or mtrand._rand is not rs or rs._bit_generator is not bitgen \
@@ -119,10 +124,12 @@ def _raw_marks(keys: tuple[str, ...], each: Callable[[], list]) -> Callable[[], 
             out.append((view[0:8], inst.gauss_next))  # type: ignore[attr-defined]
         if npy:
             out.append((state[0:4], state[end - 4:end], has_gauss.value, gauss.value))
-        if tch:
-            out.append(torch_mark())
+        if tch:  # torch_mark's, inline
+            spares = tview[start:size]
+            out.append((tview[0:13], tview[16:24], spares[0:4] if spares[4] else None,
+                        spares[8:16] if spares[16] else None))
         if cuda:
-            out.append(_cuda_mark())
+            out.append(_cuda_mark() if cuda_module._initialized else None)
         return out
 
     return read

@@ -28,18 +28,21 @@ import ctypes
 import platform
 import struct
 import sys
+from functools import partial
 from typing import Any, Callable
 
 import torch
 
-__all__ = ["torch_marker"]
+__all__ = ["SPARES", "torch_mark", "torch_marker", "torch_view"]
 
 _WORDS = 624
 _HEADER = "@qi?xxxI"  # seed_, left_, seeded_, (padding), next_: the 20 bytes before the words
 _SIZE = 20 + 4 * _WORDS + 8 + 16  # and the two optional spares (float: 8 bytes, double: 16)
 _FLOAT, _DOUBLE = 20 + 4 * _WORDS, 20 + 4 * _WORDS + 8
-#: the generator object -> its marker (None: it cannot be read raw); kept, so its memory stays valid
-_MARKERS: dict[int, tuple[Any, Callable[[], Any] | None]] = {}
+#: where the spare deviates lie in a ``torch_view`` (``torch_mark`` reads them there)
+SPARES = (_FLOAT, _SIZE)
+#: the generator object -> its view (None: it cannot be read raw); kept, so its memory stays valid
+_VIEWS: dict[int, tuple[Any, Any]] = {}
 
 
 def torch_marker(generator: torch.Generator) -> Callable[[], Any] | None:
@@ -51,13 +54,26 @@ def torch_marker(generator: torch.Generator) -> Callable[[], Any] | None:
     >>> a != b, b != mark(), mark() == mark()  # a spare deviate set, then used up: both are draws
     (True, True, True)
     """
-    found = _MARKERS.get(id(generator))
+    view = torch_view(generator)
+    return None if view is None else partial(torch_mark, view)
+
+
+def torch_view(generator: torch.Generator) -> Any:
+    """``generator``'s memory that ``torch_mark`` reads (a ctypes array), or None where it cannot be
+    read as expected; found once a generator."""
+    found = _VIEWS.get(id(generator))
     if found is None or found[0] is not generator:
-        found = _MARKERS[id(generator)] = (generator, _marker(generator))
+        found = _VIEWS[id(generator)] = (generator, _found_view(generator))
     return found[1]
 
 
-def _marker(generator: torch.Generator) -> Callable[[], Any] | None:
+def torch_mark(view: Any) -> tuple:
+    """The mark of the generator whose ``torch_view`` is ``view``."""
+    spares = view[_FLOAT:_SIZE]
+    return (view[0:13], view[16:24], spares[0:4] if spares[4] else None, spares[8:16] if spares[16] else None)
+
+
+def _found_view(generator: torch.Generator) -> Any:
     offset = _LAYOUT[0] if _LAYOUT else _LAYOUT.setdefault(0, _layout())
     if offset is None or generator.device.type != "cpu":
         return None
@@ -67,12 +83,7 @@ def _marker(generator: torch.Generator) -> Callable[[], Any] | None:
             return None
     except Exception:  # noqa: BLE001 - any surprise: get_state, as before
         return None
-    return lambda: _mark(view)
-
-
-def _mark(view: Any) -> tuple:
-    spares = view[_FLOAT:_SIZE]
-    return (view[0:13], view[16:24], spares[0:4] if spares[4] else None, spares[8:16] if spares[16] else None)
+    return view
 
 
 def _view(generator: torch.Generator, offset: int) -> Any:
@@ -121,14 +132,14 @@ def _layout() -> int | None:
             lambda: probe.manual_seed(20261206), lambda: torch.randn(1, generator=probe), None,
         ]
         for draw in draws:
-            before, mark = probe.get_state().numpy().tobytes(), _mark(view)
+            before, mark = probe.get_state().numpy().tobytes(), torch_mark(view)
             if draw is not None:
                 draw()
             after = probe.get_state().numpy().tobytes()
             # a draw changes both; nothing drawn, the mark stays (get_state's bytes need not: torch leaves
             # a flag of its spare float uninitialized)
             moved = after != before if draw is not None else False
-            if moved != (_mark(view) != mark) or not _header_agrees(view, after):
+            if moved != (torch_mark(view) != mark) or not _header_agrees(view, after):
                 return None
         return at
     except Exception:  # noqa: BLE001 - any surprise: get_state, as before

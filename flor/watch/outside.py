@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from .._fmt import listed
 from .limits import LIMITS
@@ -11,7 +12,8 @@ from .probe import Probe, Say, View
 
 __all__ = ["OutsideChanges", "OutsideProbe"]
 
-#: the most tensor names one block's ``OutsideChanges`` notes or reads back
+#: no change found (one empty mapping, not a dict a run)
+NOTHING: Mapping[str, int] = MappingProxyType({})
 
 
 
@@ -52,9 +54,6 @@ class OutsideChanges:
         The modules are walked when they are other objects than last time, when ``walk`` (a
         checkpointed run) and every ``WALK_EVERY`` runs; the counters are read at every run
         (~0.05 us a tensor)."""
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return
         try:
             types = tuple(map(type, objs))
             same = types == self.types and not walk and self.runs < self.WALK_EVERY
@@ -64,6 +63,9 @@ class OutsideChanges:
                         same = False
                         break
             if not same:
+                torch = sys.modules.get("torch")
+                if torch is None:
+                    return
                 module = torch.nn.Module
                 self._walk(tuple((i, obj) for i, obj in enumerate(objs) if isinstance(obj, module)))
                 self.types = types
@@ -82,19 +84,19 @@ class OutsideChanges:
                     tensors.append(t)
         self.objs, self.paths, self.tensors, self.runs = mods, paths, tensors, 0
 
-    def started(self) -> dict[str, int]:
+    def started(self) -> Mapping[str, int]:
         """At ``step_into``: ``{tensor: in-place operations}`` since the last ``end()``."""
         before, self.versions = self.versions, None
         if not before:
-            return {}
+            return NOTHING
         try:
             now = [t._version for t in self.tensors]
             if now == before:
-                return {}
+                return NOTHING
             return dict(list({path: n - b for path, n, b in zip(self.paths, now, before)
                               if n != b}.items())[:LIMITS.outside])
         except Exception:  # noqa: BLE001 - as above
-            return {}
+            return NOTHING
 
 
 class OutsideProbe(Probe):
@@ -104,7 +106,7 @@ class OutsideProbe(Probe):
 
     def __init__(self) -> None:
         self.changes = OutsideChanges()
-        self.found: dict[str, int] = {}
+        self.found: Mapping[str, int] = NOTHING
         self.said = False
 
     def enter(self, view: View, say: Say) -> None:
@@ -113,7 +115,7 @@ class OutsideProbe(Probe):
     def leave(self, view: View, say: Say) -> None:
         if self.found and not view.replay:
             view.noted["outside"] = self.found
-        self.found = {}
+        self.found = NOTHING
         self.changes.ended(view.objs, walk=view.note and not view.replay)
 
     def check(self, view: View, noted: dict[str, Any], say: Say) -> list[str]:

@@ -97,7 +97,7 @@ class Probe:
     #: of those, the verbs that still act at a quiet run once the block has ended twice (a "steady"
     #: run: its first and second runs are over); None: the same as ``quiet``. A steady run calls
     #: only these, with a view it reuses (no frame, ``first``/``note``/``replay`` False), and is
-    #: timed as a whole (``Watch.by_probe["steady runs"]``): a block per iteration pays just them
+    #: timed as a whole (``Watch.steady_s``): a block per iteration pays just them
     steady: frozenset[str] | None = None
 
     def enter(self, view: View, say: Say) -> None:
@@ -129,6 +129,7 @@ class Watch:
         self.seconds = 0.0  # in the probes, all verbs together: charged to the overhead budget
         self.failed: dict[str, str] = {}  # probe -> its first exception, for run.json
         self.by_probe: dict[str, float] = {}  # probe -> its seconds, all verbs (run.json timings.watch_probes_s)
+        self.steady_s = 0.0  # ... but in steady runs (Probe.steady), all probes together
         self._entered: set[str] = set()  # blocks entered at least once
         self._open: View | None = None
         self._ends: dict[str, int] = {}  # block -> its runs that reached leave()
@@ -223,7 +224,7 @@ class Watch:
                 self.failed.setdefault(kind, repr(exc)[:300])
         spent = clock() - t0
         self.seconds += spent
-        self.by_probe["steady runs"] = self.by_probe.get("steady runs", 0.0) + spent
+        self.steady_s += spent
 
     def drop(self) -> None:
         """The open block closed without ``end()`` (an exception, ``continue``)."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from flor.state.rng import fingerprints
-from flor.state.torch_mark import torch_marker
+from flor.state.torch_mark import torch_marker, torch_view
 
 DRAWS: list[tuple[str, Callable[[torch.Generator], Any]]] = [
     ("uniform", lambda g: torch.rand(1, generator=g)),
@@ -28,7 +28,7 @@ DRAWS: list[tuple[str, Callable[[torch.Generator], Any]]] = [
 def test_torch_cpu_generator_is_read_raw_here() -> None:
     """CPython on x86-64 with this torch: the layout is found (else the probe pays get_state twice a run)."""
     assert torch_marker(torch.default_generator) is not None
-    assert torch_marker(torch.default_generator) is torch_marker(torch.default_generator)  # found once
+    assert torch_view(torch.default_generator) is torch_view(torch.default_generator)  # found once
 
 
 @pytest.mark.parametrize("kind,draw", DRAWS, ids=[kind for kind, _ in DRAWS])

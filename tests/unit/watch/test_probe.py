@@ -129,7 +129,7 @@ def test_a_block_that_ended_twice_has_steady_quiet_runs_with_only_the_verbs_that
     # run 2 steady, run 3 checkpointed (every verb), run 4 steady: "settles" enters at runs 0, 1 and 3 only
     assert [name for name, verb, *_ in log if verb == "enter"] == ["always", "settles", "always", "settles", "always",
                                                                     "always", "settles", "always"]
-    assert watch.by_probe["steady runs"] > 0 and watch.failed == {"Fails": "ValueError('odd')"}
+    assert watch.steady_s > 0 and watch.failed == {"Fails": "ValueError('odd')"}
     assert not watch.steady_enter("eval", 5, 0)  # another block: its own first runs
     replay = Watch([Settles(log := [], "settles")], Said(), replay=True)
     for epoch in range(4):
@@ -150,7 +150,7 @@ def test_steady_runs_still_find_an_in_place_change_and_a_draw_between_them() -> 
             with torch.no_grad():
                 net.bias.add_(1.0)
             random.random()
-    assert watch.by_probe["steady runs"] > 0  # runs 2 to 7 were steady
+    assert watch.steady_s > 0  # runs 2 to 7 were steady
     assert {e: f for e, f in found.items() if f} == {5: {"end() object 0: bias": 1}}
     assert draws.noted() == {"train": ["python"]}
 
