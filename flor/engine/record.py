@@ -354,8 +354,8 @@ class RecordSession(Session):
         noted = self.watch.steady_leave(objs)  # a steady run: only what acts there (Watch.steady_enter)
         if noted is None:
             noted, _ = self.watch.leave(caller_frame(), objs)  # kept in the checkpoint: a restore sets them
-        outside = noted.pop("outside", None)
-        carried = noted.pop("carried", None)  # tensors: kept beside the objects, not in the manifest's "watch"
+        outside = noted.pop("outside", None) if noted else None
+        carried = noted.pop("carried", None) if noted else None  # tensors: beside the objects, not in "watch"
         if outside:  # in-place changes since the last end(), compared by a replay at every block run
             self.state_file.write(epoch, {"block": name, "occ": occ, "outside": outside})
         self.passed.add(objs)  # outer-loop state: these are checkpointed, not named

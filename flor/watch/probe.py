@@ -209,7 +209,8 @@ class Watch:
             return None
         self._open = None
         view.objs = objs
-        view.noted.clear()
+        if view.noted:
+            view.noted.clear()
         self._run_steady(self._steady_leave, view)
         return view.noted
 
