@@ -269,7 +269,7 @@ class RecordSession(Session):
         if noted and self.loop_state is not None and self._worker_may_start(epoch + 1):
             self.loop_state.epoch_end(epoch, self.passed.ids)  # for a replay worker that starts at the next epoch
             self.noted_for = epoch + 1
-        self.passed.ids.clear()
+        self.passed.clear()
         self.meta.epochs_done = epoch + 1
         self.meta.epoch_blocks[str(epoch)] = self.epoch_blocks
         now = time.perf_counter()

@@ -278,31 +278,44 @@ def given_ids(objs: Iterable[Any]) -> set[int]:
 
 
 class PassedIds:
-    """The ids of the objects given to ``end()`` in an epoch (``ids``; the recorder clears it at
-    each epoch's end), which ``LoopState`` does not name: they are checkpointed.
+    """The ids of the objects given to ``end()`` in an epoch (``ids``), which ``LoopState`` does not
+    name: they are checkpointed. Read only at the epoch's end where the loop's variables are noted
+    (``flor.engine.record``); ``clear`` then.
 
     ``id()`` is an audit event, which ``flor.engine.effects.FileWrites``' hook makes cost ~0.6 us:
-    numbers (never named) go without, and an object the last ``end()`` was given at the same place
-    keeps the id found then (a block per iteration gives ``end()`` the same model and optimizer).
+    the tuples ``end()`` is given are held, and their ids found only when read or once ``FOLD``
+    are held (a block per batch holds at most that many batches), numbers (never named) without.
+    A block per iteration, whose epochs are mostly not noted, calls ``id()`` at none of its runs.
 
     >>> passed, net = PassedIds(), object()
     >>> passed.add((net, 3)); passed.ids == {id(net), 0}
     True
     """
 
-    __slots__ = ("ids", "_last", "_last_ids")
+    __slots__ = ("_ids", "_held")
+    FOLD = 8
 
     def __init__(self) -> None:
-        self.ids: set[int] = set()
-        self._last: tuple = ()
-        self._last_ids: list[int] = []
+        self._ids: set[int] = set()
+        self._held: list[tuple] = []
 
     def add(self, objs: tuple) -> None:
-        last = self._last
-        if len(last) == len(objs):
-            ids = [was_id if obj is was else 0 if type(obj) in NUMBERS else id(obj)
-                   for obj, was, was_id in zip(objs, last, self._last_ids)]
-        else:
-            ids = [0 if type(obj) in NUMBERS else id(obj) for obj in objs]  # 0: no object's id
-        self.ids.update(ids)
-        self._last, self._last_ids = objs, ids
+        held = self._held
+        held.append(objs)
+        if len(held) >= self.FOLD:
+            self._fold()
+
+    @property
+    def ids(self) -> set[int]:
+        self._fold()
+        return self._ids
+
+    def clear(self) -> None:
+        self._ids.clear()
+        self._held.clear()
+
+    def _fold(self) -> None:
+        ids = self._ids
+        for objs in self._held:
+            ids.update([0 if type(obj) in NUMBERS else id(obj) for obj in objs])  # 0: no object's id
+        self._held.clear()
