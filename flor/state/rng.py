@@ -108,31 +108,36 @@ def _raw_marks(keys: tuple[str, ...], each: Callable[[], list]) -> Callable[[], 
     rs, bitgen, (state, has_gauss, gauss) = numpy_
     generator, tview = torch_[0], torch_view(torch_[0])
     mtrand, torch_module, cuda_module, end = np.random.mtrand, torch, torch.cuda, NumpyRaw.STATE_BYTES
-    py, npy, tch, cuda = ("python" in keys, "numpy" in keys, "torch" in keys, "cuda" in keys)
     # whether CUDA was initialized, without is_initialized()'s call (its flag, where this torch has it)
-    cuda = cuda and hasattr(cuda_module, "_initialized")
-    if tview is None or (not cuda and "cuda" in keys):
+    if tview is None or not hasattr(cuda_module, "_initialized"):
         return None
     start, size = SPARES
 
-    def read() -> list:
+    def raw(fallback: Callable[[], Any] = each) -> Any:
+        """Every generator's mark, in ``_MARKS``' order (torch_mark's inline); ``fallback()`` where a
+        global generator is another object now."""
         if random._inst is not inst or mtrand._rand is not rs or rs._bit_generator is not bitgen \
                 or torch_module.default_generator is not generator:
-            return each()
-        out: list = []
-        if py:
-            out.append((view[0:8], inst.gauss_next))  # type: ignore[attr-defined]
-        if npy:
-            out.append((state[0:4], state[end - 4:end], has_gauss.value, gauss.value))
-        if tch:  # torch_mark's, inline
-            spares = tview[start:size]
-            out.append((tview[0:13], tview[16:24], spares[0:4] if spares[4] else None,
-                        spares[8:16] if spares[16] else None))
-        if cuda:
-            out.append(_cuda_mark() if cuda_module._initialized else None)
-        return out
+            return fallback()
+        spares = tview[start:size]
+        return [(view[0:8], inst.gauss_next),  # type: ignore[attr-defined]
+                (state[0:4], state[end - 4:end], has_gauss.value, gauss.value),
+                (tview[0:13], tview[16:24], spares[0:4] if spares[4] else None, spares[8:16] if spares[16] else None),
+                _cuda_mark() if cuda_module._initialized else None]
 
-    return read
+    if keys == tuple(key for key, _ in _MARKS):
+        return raw
+    at = [i for i, (key, _) in enumerate(_MARKS) if key in keys]
+
+    def some() -> list:
+        found = raw(_nothing)
+        return each() if found is None else [found[i] for i in at]
+
+    return some
+
+
+def _nothing() -> None:
+    return None
 
 
 def _cuda_mark() -> Any:

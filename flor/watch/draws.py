@@ -21,6 +21,8 @@ from .probe import Probe, Say, View
 
 __all__ = ["DrawsProbe", "recorded_draws"]
 
+EMPTY: frozenset[str] = frozenset()
+
 
 def _markers(skip: frozenset[str]) -> tuple[tuple[str, ...], Callable[[], list]]:
     """``flor.state.rng.markers``, imported when first used (it imports torch: not at flor's import)."""
@@ -61,7 +63,8 @@ class DrawsProbe(Probe):
             return
         keys, read, before = last
         now = read()  # CUDA's mark is None until it is initialized: not a draw
-        found = set() if now == before else {k for k, a, b in zip(keys, before, now) if a != b and None not in (a, b)}
+        # nothing drawn (most runs): no set made
+        found = EMPTY if now == before else {k for k, a, b in zip(keys, before, now) if a != b and None not in (a, b)}
         if not view.replay:
             if found:
                 drew = self.drew.setdefault(view.block, set())
@@ -74,7 +77,7 @@ class DrawsProbe(Probe):
                 if self._known:
                     self._known, self._read = frozenset(), None
             return
-        new = sorted(found - set((self.recorded or {}).get(view.block, ())))
+        new = sorted(found.difference((self.recorded or {}).get(view.block, ())))
         if new and self.pending is None:  # said where a block's recorded random state is then set
             self.pending = (view.block, view.epoch, new)
             if self.late:  # ... or was: a worker's state restored after epoch 0 is the recording's training

@@ -311,8 +311,10 @@ class PassedIds:
         return self._ids
 
     def clear(self) -> None:
-        self._ids.clear()
-        self._held.clear()
+        if self._ids:
+            self._ids.clear()
+        if self._held:
+            self._held.clear()
 
     def _fold(self) -> None:
         ids = self._ids
