@@ -149,7 +149,11 @@ class CheckpointPolicy:
         names = set(blocks)
         if not names or not names <= self.estimate.keys():
             return True
-        return any(self._ok(block, epoch, elapsed, (run_s or {}).get(block))[0] for block in names)
+        run_s = run_s or {}
+        for block in names:  # asked at the end of every epoch: a loop, not a generator
+            if self._ok(block, epoch, elapsed, run_s.get(block))[0]:
+                return True
+        return False
 
     def refused(self, epoch: int) -> None:
         """``epoch`` is not checkpointed (for the exit line's count), though ``due`` may have said so."""

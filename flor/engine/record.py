@@ -302,10 +302,11 @@ class RecordSession(Session):
         policy = self.checkpoints.policy
         if policy.every is not None:  # a fixed schedule: what the blocks ran and when does not matter
             return policy.may_be_due((), epoch, elapsed=0.0)
-        blocks = self.meta.timings["blocks"]
-        run_s = {name: blocks[name][-1] for name, _ in self.epoch_blocks if blocks.get(name)}
+        names = [name for name, _ in self.epoch_blocks]
+        times = self._block_times  # their run times (timings.blocks), by block
+        run_s = {name: times[name][-1] for name in names if times.get(name)}
         elapsed = time.perf_counter() - (self.loop_started or self.block_started) + max(run_s.values(), default=0.0)
-        return policy.may_be_due([name for name, _ in self.epoch_blocks], epoch, elapsed=elapsed, run_s=run_s)
+        return policy.may_be_due(names, epoch, elapsed=elapsed, run_s=run_s)
 
     # -- blocks ------------------------------------------------------------------------
 
