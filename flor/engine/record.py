@@ -26,7 +26,7 @@ from ..source.blocks import wrapper_advice
 from ..store import lock as store_lock
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
-from ..store.trust import sign_run, sign_trackers
+from ..store.trust import sign_run
 from ..watch.attributes import ModuleAttrProbe
 from ..watch.carried import CarriedProbe
 from ..watch.draws import DrawsProbe
@@ -44,7 +44,7 @@ from .effects import FileWrites
 from .exits import watch_exits
 from .runrecord import LEFT_OPEN, RunRecord
 from .session import Session, as_result, copy_source, new_run_id, source_sha
-from .trackers import seen
+from .trackers import note_trackers
 
 __all__ = ["META_EVERY_S", "META_WRITE_SHARE", "RecordSession"]
 
@@ -164,19 +164,6 @@ class RecordSession(Session):
         if name not in self.meta.grads_carried:
             self.meta.grads_carried.append(name)
 
-    def _note_trackers(self) -> None:
-        """Where the script reports (an MLflow or W&B run, SummaryWriter logdirs): into run.json,
-        for ``flor export``. Only trackers the script imported are looked at (flor.engine.trackers)."""
-        found = seen(self.loop_frame)
-        before = dict(self.meta.trackers)
-        for name, note in found.items():
-            if name == "tensorboard":  # every logdir seen, in order
-                old = self.meta.trackers.get(name, {}).get("logdirs", [])
-                note = {"logdirs": list(dict.fromkeys([*old, *note["logdirs"]]))}
-            self.meta.trackers[name] = note
-        if self.meta.trackers != before:  # a destination flor export may write into: signed, as argv is
-            self.meta.trackers_signature = sign_trackers(self.settings.config_dir, self.meta.trackers)
-
     def _git(self, script: str) -> None:
         """The script's git commit, branch and dirtiness into run.json, and its diff beside it, on
         the writer (``flor.runinfo.git_info``)."""
@@ -281,7 +268,7 @@ class RecordSession(Session):
         # here), nor the trackers' and the policy's notes, nor a long run.json's write more than 1/50 of
         # the time; a kill -9 loses at most that much of epochs_done, a normal end writes it all
         if self.saved or now >= self.meta_due_at:
-            self._note_trackers()
+            note_trackers(self.meta, self.loop_frame, self.settings.config_dir)
             self.write_meta()
         self.saved = False
         if self.spool is not None:
@@ -302,8 +289,7 @@ class RecordSession(Session):
         policy = self.checkpoints.policy
         if policy.every is not None:  # a fixed schedule: what the blocks ran and when does not matter
             return policy.may_be_due((), epoch, elapsed=0.0)
-        names = [name for name, _ in self.epoch_blocks]
-        times = self._block_times  # their run times (timings.blocks), by block
+        names, times = [name for name, _ in self.epoch_blocks], self._block_times  # their run times, by block
         run_s = {name: times[name][-1] for name in names if times.get(name)}
         elapsed = time.perf_counter() - (self.loop_started or self.block_started) + max(run_s.values(), default=0.0)
         return policy.may_be_due(names, epoch, elapsed=elapsed, run_s=run_s)
@@ -315,8 +301,7 @@ class RecordSession(Session):
         # decided now, as the block starts: a checkpoint's run notes what the block changes outside
         # end() (flor.watch), which a run without one does not need (a replay re-executes it)
         if epoch and self.loop_state is not None and self.noted_for != epoch:
-            # a worker starting here would lack the loop's variables (not noted before it): not due,
-            # whatever the policy would say (most runs of a block per iteration: no need to ask it)
+            # a worker starting here would lack the loop's variables: not due, without asking the policy
             self.due = False
             self.checkpoints.policy.refused(epoch)
         else:
@@ -399,7 +384,7 @@ class RecordSession(Session):
             self.meta.loop_ended = "break"
             self.end_epoch(self.epoch, noted=False)
         self.mark("end")
-        self._note_trackers()  # a run started after the loop, or a script without flor.it
+        note_trackers(self.meta, self.loop_frame, self.settings.config_dir)  # a run started after the loop, no loop
         self.state_file.close()
         left: list = []
         cp = self.checkpoints

@@ -28,8 +28,23 @@ from ..errors import FlorError
 from ..settings import Settings
 from ..store import ExperimentStore
 from ..store.runmeta import RunMeta
+from ..store.trust import sign_trackers
 
-__all__ = ["MLFLOW_QUIET", "TrackerHook", "export_at_end", "quiet_trackers", "recorded_mlflow_run", "seen"]
+__all__ = ["MLFLOW_QUIET", "TrackerHook", "export_at_end", "note_trackers", "quiet_trackers", "recorded_mlflow_run",
+           "seen"]
+
+
+def note_trackers(meta: RunMeta, frame: FrameType | None, config_dir: Path) -> None:
+    """Where the script reports (an MLflow or W&B run, SummaryWriter logdirs, ``seen`` from
+    ``frame``): into run.json (``meta.trackers``), for ``flor export``, signed when it changed."""
+    before = dict(meta.trackers)
+    for name, note in seen(frame).items():
+        if name == "tensorboard":  # every logdir seen, in order
+            old = meta.trackers.get(name, {}).get("logdirs", [])
+            note = {"logdirs": list(dict.fromkeys([*old, *note["logdirs"]]))}
+        meta.trackers[name] = note
+    if meta.trackers != before:  # a destination flor export may write into: signed, as argv is
+        meta.trackers_signature = sign_trackers(config_dir, meta.trackers)
 
 
 def seen(frame: FrameType | None) -> dict[str, dict[str, Any]]:
