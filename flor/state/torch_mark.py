@@ -87,10 +87,19 @@ def _found_view(generator: torch.Generator) -> Any:
 
 
 def _view(generator: torch.Generator, offset: int) -> Any:
-    """The generator's ``mt19937_data_pod`` and spares as a ctypes array over its memory: the
-    ``THPGenerator`` object holds a pointer to its ``GeneratorImpl`` right after its header."""
-    impl = ctypes.c_void_p.from_address(id(generator) + object.__basicsize__).value
+    """The generator's ``mt19937_data_pod`` and spares as a ctypes array over its memory."""
+    impl = _impl(generator)
     return None if not impl else (ctypes.c_char * _SIZE).from_address(impl + offset - 20)
+
+
+def _impl(generator: torch.Generator) -> int | None:
+    """The address of ``generator``'s ``GeneratorImpl``: a ``THPGenerator`` is its object header, the
+    ``at::Generator`` (one pointer to it), then a weak-reference list; None where the type is not
+    laid out so (another torch: no pointer is followed then)."""
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+    if type(generator) is not torch.Generator or torch.Generator.__basicsize__ != object.__basicsize__ + 2 * pointer:
+        return None
+    return ctypes.c_void_p.from_address(id(generator) + object.__basicsize__).value
 
 
 def _header_agrees(view: Any, state: bytes) -> bool:
@@ -116,7 +125,7 @@ def _layout() -> int | None:
         torch.rand(3, generator=probe)
         state = probe.get_state().numpy().tobytes()
         words = struct.pack(f"@{_WORDS}I", *struct.unpack_from(f"@{_WORDS}Q", state, 24))
-        impl = ctypes.c_void_p.from_address(id(probe) + object.__basicsize__).value
+        impl = _impl(probe)
         if not impl:
             return None
         at = ctypes.string_at(impl, 512).find(words[:16])
