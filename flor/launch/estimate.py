@@ -279,9 +279,24 @@ class ReplayEstimate:
 
 
 def _slowdown(n: int, threads: int, gpus: Sequence[str] | None, busy: float) -> float:
+    """How much slower each of ``n`` workers of ``threads`` torch threads runs its epochs.
+
+    On the CPU, their share of the cores; where workers of several threads each ask more threads
+    than there are cores, that share again: torch's OpenMP threads spin while they wait for each
+    other, so a team that loses its core to another keeps it busy for nothing (2 probed workers
+    of 2 threads on 2 cores took 2.0-2.3x as long as one worker, not 1x, in auto_workers.py).
+
+    >>> import flor.launch.estimate as e; cores = e.cores; e.cores = lambda: 2
+    >>> [_slowdown(n, t, None, 0.0) for n, t in ((1, 2), (2, 1), (2, 2), (3, 1))]
+    [1.0, 1.0, 4.0, 1.5]
+    >>> _slowdown(1, 2, None, 1.0), _slowdown(4, 2, ["cuda:0", "cuda:1"], 0.0)
+    (2.25, 2.0)
+    >>> e.cores = cores
+    """
     if gpus:
         return float(-(-n // len(gpus)))  # workers sharing one GPU take turns
-    return cpu_share(n * threads, busy)
+    share = cpu_share(n * threads, busy)
+    return share * share if threads > 1 and share > 1.0 else share
 
 
 def _unshared(costs: list[EpochCost], share: float) -> list[EpochCost]:
@@ -301,7 +316,7 @@ def estimate_replay(store: ExperimentStore, run: str, meta: RunMeta, *, workers:
     t = int(threads or meta.torch_threads or 1)
     busy = 0.0
     if not gpus:  # on CPU, other processes' load slowed the recording and will slow the replay
-        recorded_share = cpu_share(int(meta.torch_threads or 1), float(meta.busy_cores or 0.0))
+        recorded_share = _slowdown(1, int(meta.torch_threads or 1), None, float(meta.busy_cores or 0.0))
         costs = _unshared(costs, recorded_share)
         if recorded is not None:
             recorded /= recorded_share
