@@ -55,8 +55,12 @@ class _Epochs(Iterator[T]):
     def __len__(self) -> int:
         return self._session.loop_length(self._iterable)  # TypeError when unknown, as len() says
 
-    def __iter__(self) -> _Epochs[T]:
-        return self
+    def __iter__(self) -> Iterator[T]:
+        """The session's loop itself: a ``for`` loop's ``next()`` goes straight to it (one frame
+        less an epoch, a block per iteration's every run), and ``next()`` on this object to the same."""
+        if self._loop is None:
+            self._loop = iter(self._session.iterate(self._iterable))
+        return self._loop
 
     def __next__(self) -> T:
         if self._loop is None:

@@ -316,7 +316,7 @@ def estimate_replay(store: ExperimentStore, run: str, meta: RunMeta, *, workers:
     t = int(threads or meta.torch_threads or 1)
     busy = 0.0
     if not gpus:  # on CPU, other processes' load slowed the recording and will slow the replay
-        recorded_share = _slowdown(1, int(meta.torch_threads or 1), None, float(meta.busy_cores or 0.0))
+        recorded_share = cpu_share(int(meta.torch_threads or 1), float(meta.busy_cores or 0.0))
         costs = _unshared(costs, recorded_share)
         if recorded is not None:
             recorded /= recorded_share
