@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable, Iterator, Sequence, TypeVar
 
-from . import hparams
+from . import hparams, runtime
 from .source.blocks import loop_wrapper
 from .engine.session import Session, as_result
 from .errors import ConfigError
@@ -101,7 +101,7 @@ class SkipBlock:
     def step_into(name: str, probed: bool = False) -> bool:
         """Whether to run the block body: always while recording; on replay only when the
         block is ``probed`` (logging was added inside it) or has no checkpoint."""
-        session = current()
+        session = runtime._SESSION or current()  # (the session once started: no call, a block per iteration)
         if session is None:
             return True
         return session.step_into(name, probed)
@@ -113,7 +113,7 @@ class SkipBlock:
         Returns the single object for one argument, else a tuple in the same order, so
         immutable values (step counters) can be rebound: ``net, step = SkipBlock.end(net, step)``.
         """
-        session = current()
+        session = runtime._SESSION or current()
         if session is None:
             return as_result(objs)
         return session.end(objs)
