@@ -273,3 +273,25 @@ def test_fingerprints_name_the_generators_drawn_from():
     torch.rand(1)
     random.random()
     assert {k for k, v in fingerprints().items() if a[k] != v} == {"torch", "python"}
+
+
+def test_a_forked_generator_put_back_is_not_a_draw() -> None:
+    """``torch.random.fork_rng()`` around hindsight code (dropout drawn in a model's copy) puts the
+    state back: no draw between blocks (read from torch's memory, a spare deviate's flag it leaves
+    read as one: FL325 over values equal to a full run's, tests/e2e/test_module_mode.py)."""
+    import copy
+
+    import torch
+
+    from flor.state.rng import fingerprints
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    torch.manual_seed(0)
+    torch.randn(3)
+    for _ in range(3):
+        before = fingerprints()
+        with torch.random.fork_rng(), torch.no_grad():
+            copy.deepcopy(net)(torch.ones(8, 4))
+        assert fingerprints() == before
+        torch.randn(1)  # a draw after it still is one
+        assert fingerprints()["torch"] != before["torch"]
