@@ -63,9 +63,7 @@ class _Epochs(Iterator[T]):
         return self._loop
 
     def __next__(self) -> T:
-        if self._loop is None:
-            self._loop = iter(self._session.iterate(self._iterable))
-        return next(self._loop)
+        return next(self._loop if self._loop is not None else self.__iter__())
 
     def close(self) -> None:
         """End the loop early, as a generator's ``close()`` does (its ``finally`` runs now)."""

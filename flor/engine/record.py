@@ -288,7 +288,7 @@ class RecordSession(Session):
             return False  # the loop ends: no epoch to start at
         policy = self.checkpoints.policy
         if policy.every is not None:  # a fixed schedule: what the blocks ran and when does not matter
-            return epoch % policy.every == 0  # (``may_be_due``'s answer, without its call)
+            return policy.may_be_due((), epoch, elapsed=0.0)
         names, times = [name for name, _ in self.epoch_blocks], self._block_times  # their run times, by block
         run_s = {name: times[name][-1] for name in names if times.get(name)}
         elapsed = time.perf_counter() - (self.loop_started or self.block_started) + max(run_s.values(), default=0.0)
@@ -305,7 +305,7 @@ class RecordSession(Session):
             self.due = False
             self.checkpoints.policy.refused(epoch)
         else:
-            last = self.meta.timings["blocks"].get(name)
+            last = self._block_times.get(name)
             training_s = time.perf_counter() - (self.loop_started or self.block_started) + (last[-1] if last else 0.0)
             self._observe_watch()
             self.due = self.checkpoints.policy.due(name, epoch, elapsed=training_s, run_s=last[-1] if last else None)

@@ -59,10 +59,8 @@ def capture_rng(*, raw: bool = False) -> dict:
 def fingerprints(skip: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     """``{generator: a value equal to another's exactly when the states are}`` for the global
     generators but those in ``skip``: what ``flor.watch.draws`` compares at every block run, in
-    ~1 us rather than a capture and three ``same_rng`` (~15 us): a few raw bytes of Python's,
-    NumPy's (``_python_mark``) and torch's (its state's bytes: read from its memory, a spare
-    deviate's flag that ``torch.random.fork_rng()`` turns on without a draw read as one; where
-    raw, its state as bytes: no ``torch.equal``, ~4 us each).
+    a few us rather than a capture and three ``same_rng`` (~15 us): a few raw bytes of Python's
+    and NumPy's (``_python_mark``), torch's state as bytes (``_torch_mark``: no ``torch.equal``).
 
     >>> a = fingerprints(); _ = random.random(); b = fingerprints({"numpy"})
     >>> sorted(k for k in b if a[k] != b[k]), "numpy" in b
@@ -120,7 +118,7 @@ def _raw_marks(keys: tuple[str, ...], each: Callable[[], list]) -> Callable[[], 
             return fallback()
         return [(view[0:8], inst.gauss_next),  # type: ignore[attr-defined]
                 (state[0:4], state[end - 4:end], has_gauss.value, gauss.value),
-                generator.get_state().numpy().tobytes(),
+                generator.get_state().numpy().tobytes(),  # ``_torch_mark``, without its look-ups
                 _cuda_mark() if cuda_module._initialized else None]
 
     if keys == tuple(key for key, _ in _MARKS):
