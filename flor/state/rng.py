@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, StateError
+from .torch_mark import TorchMark, torch_marker, torch_view
 
 __all__ = ["NumpyRaw", "RNG_BYTES", "as_tuple", "capture_rng", "cuda_offset", "cuda_undrawn", "fingerprints",
            "markers", "restore_rng", "same_rng", "settled"]
@@ -59,8 +60,9 @@ def capture_rng(*, raw: bool = False) -> dict:
 def fingerprints(skip: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     """``{generator: a value equal to another's exactly when the states are}`` for the global
     generators but those in ``skip``: what ``flor.watch.draws`` compares at every block run, in
-    a few us rather than a capture and three ``same_rng`` (~15 us): a few raw bytes of Python's
-    and NumPy's (``_python_mark``), torch's state as bytes (``_torch_mark``: no ``torch.equal``).
+    ~1 us rather than a capture and three ``same_rng`` (~15 us): a few raw bytes of Python's and
+    NumPy's (``_python_mark``), a copy of torch's generator's fields (``flor.state.torch_mark``,
+    read as ``get_state()`` only where they differ; where it cannot be read raw, its state as bytes).
 
     >>> a = fingerprints(); _ = random.random(); b = fingerprints({"numpy"})
     >>> sorted(k for k in b if a[k] != b[k]), "numpy" in b
@@ -97,28 +99,28 @@ def _raw_marks(keys: tuple[str, ...], each: Callable[[], list]) -> Callable[[], 
     global generators (the marks ``_python_mark``, ``_numpy_mark`` and ``_torch_mark`` give, without
     their look-ups: read twice a block run); ``each`` where a global generator is another object
     than when it was made. None where one of them cannot be read raw."""
-    for mark in (_python_mark, _numpy_mark):
+    for mark in (_python_mark, _numpy_mark, _torch_mark):
         mark()  # the readers made
-    python, numpy_ = _READERS.get("python"), _READERS.get("numpy")
-    if python is None or numpy_ is None or None in (python[2], numpy_[2]):
+    python, numpy_, torch_ = _READERS.get("python"), _READERS.get("numpy"), _READERS.get("torch")
+    if python is None or numpy_ is None or torch_ is None or None in (python[2], numpy_[2], torch_[2]):
         return None
     inst, view = python[0], python[2]
     rs, bitgen, (state, has_gauss, gauss) = numpy_
-    generator = torch.default_generator
+    generator, tview = torch_[0], torch_view(torch_[0])
     mtrand, torch_module, cuda_module, end = np.random.mtrand, torch, torch.cuda, NumpyRaw.STATE_BYTES
     # whether CUDA was initialized, without is_initialized()'s call (its flag, where this torch has it)
-    if not hasattr(cuda_module, "_initialized"):
+    if tview is None or not hasattr(cuda_module, "_initialized"):
         return None
 
     def raw(fallback: Callable[[], Any] = each) -> Any:
-        """Every generator's mark, in ``_MARKS``' order; ``fallback()`` where a global generator is
-        another object now."""
+        """Every generator's mark, in ``_MARKS``' order (``torch_mark``'s inline); ``fallback()``
+        where a global generator is another object now."""
         if random._inst is not inst or mtrand._rand is not rs or rs._bit_generator is not bitgen \
                 or torch_module.default_generator is not generator:
             return fallback()
         return [(view[0:8], inst.gauss_next),  # type: ignore[attr-defined]
                 (state[0:4], state[end - 4:end], has_gauss.value, gauss.value),
-                generator.get_state().numpy().tobytes(),  # ``_torch_mark``, without its look-ups
+                TorchMark((tview.raw,)),
                 _cuda_mark() if cuda_module._initialized else None]
 
     if keys == tuple(key for key, _ in _MARKS):
@@ -157,11 +159,15 @@ def _python_mark() -> Any:
 
 
 def _torch_mark() -> Any:
-    """torch's CPU generator's state, as bytes (~2 us: a 5 kB copy). Not read from its memory: a
-    round of ``torch.random.fork_rng()`` leaves a spare deviate's flag there that no draw set (and
-    no later draw uses differently), which read as a draw between blocks (FL325) over values equal
-    to a full run's (tests/e2e/test_module_mode.py); ``get_state`` gives the same bytes after it."""
-    return torch.default_generator.get_state().numpy().tobytes()
+    """``torch_marker``'s mark of torch's CPU generator (``flor.state.torch_mark``: read from its
+    memory), or its state's bytes where it has none."""
+    generator = torch.default_generator
+    reader = _READERS.get("torch")
+    if reader is None or reader[0] is not generator:
+        reader = _READERS["torch"] = (generator, None, torch_marker(generator))
+    if reader[2] is None:
+        return generator.get_state().numpy().tobytes()
+    return reader[2]()
 
 
 def _numpy_mark() -> Any:
