@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..store import ExperimentStore
-from ..store.experiment import dumps
+from ..store.experiment import GrowingDumps
 from ..store.runmeta import RunMeta
 
 __all__ = ["LEFT_OPEN", "RUN_JSON_RESERVE", "RunRecord"]
@@ -34,6 +34,7 @@ class RunRecord:
         self.lock = threading.RLock()
         self.written: tuple[str, int] | None = None  # (status, epochs_done) of the last run.json written
         self.reserved: Path | None = None
+        self._dumps = GrowingDumps()  # run.json grows by an epoch's few items: only those encoded again
         if self.write():  # disk set aside for the final run.json, should the disk fill meanwhile
             self.reserved = store.backend.reserve(store.run_key(meta.run, "run.json"), RUN_JSON_RESERVE)
 
@@ -41,7 +42,7 @@ class RunRecord:
         """Write run.json; a failure (a full disk) is counted, never raised: True if written."""
         try:
             with self.lock:
-                body = dumps(self.meta.to_json())
+                body = self._dumps(self.meta.to_json())
                 seen = (self.meta.status, self.meta.epochs_done)
             self.store.backend.write(self.store.run_key(self.meta.run, "run.json"), body, durable=durable)
             self.written = seen  # what readers will see

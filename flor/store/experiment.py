@@ -123,6 +123,95 @@ def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=True).encode()
 
 
+def _text(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=True)
+
+
+class GrowingDumps:
+    """``dumps`` of a document rewritten as it grows (run.json), its long lists and dicts encoded
+    once: a list or dict of ``LONG`` items or more, in a dict at most ``DEPTH`` levels down, keeps
+    the text of its items and a copy of them, and where the same object still starts with those
+    items (compared by ``==``: the same objects compare at once) only the items after them are
+    encoded. A loop of short epochs (a block per iteration, docs/loops.md) grows run.json by a
+    few list items and a dict entry an epoch; encoding all of it at every write made a recording
+    quadratic in its epochs. The text is ``dumps``' exactly.
+
+    Items are taken as unchanged once added where they are the same objects (a list held in a
+    dict entry and changed in place afterwards is not seen): run.json's growing containers
+    (epoch lists, per-epoch timings, the epochs' blocks) only append, and a list's end may be
+    popped (the policy's ``replay_epochs``): the last ``TAIL`` items are encoded at every write,
+    and a change before them is seen by the comparison (the whole container encoded again).
+
+    >>> g, doc = GrowingDumps(), {"a": list(range(3000)), "b": {"x": 1}}
+    >>> g(doc) == dumps(doc); doc["a"].append(0.5); _ = doc["a"].pop(0); g(doc) == dumps(doc)
+    True
+    True
+    """
+
+    LONG = 512
+    DEPTH = 3
+    TAIL = 16
+
+    def __init__(self) -> None:
+        self._token = f"flor-splice-{os.urandom(8).hex()}-"
+        self._cache: dict[tuple, tuple[Any, list[list], str]] = {}  # path -> (container, its items then, their text)
+
+    def __call__(self, obj: Any) -> bytes:
+        if type(obj) is not dict:
+            return dumps(obj)
+        bodies: list[str] = []
+        text = _text(self._swapped(obj, (), bodies))
+        if bodies:  # each placeholder once, in order: one pass
+            parts = text.split(f'"{self._token}')
+            out = [parts[0]]
+            for part in parts[1:]:
+                index, _, rest = part.partition('"')
+                out += (bodies[int(index)], rest)
+            text = "".join(out)
+        return text.encode()
+
+    def _swapped(self, obj: dict, path: tuple, bodies: list[str]) -> dict:
+        """``obj`` with its long containers as placeholders (their text in ``bodies``)."""
+        out: dict[Any, Any] = {}
+        for key, value in obj.items():
+            kind = type(value)
+            if (kind is list or kind is dict) and len(value) >= self.LONG:
+                out[key] = f"{self._token}{len(bodies)}"
+                bodies.append(self._encoded((*path, key), value))
+            elif kind is dict and len(path) < self.DEPTH:
+                out[key] = self._swapped(value, (*path, key), bodies)
+            else:
+                out[key] = value
+        return out
+
+    def _encoded(self, path: tuple, container: Any) -> str:
+        # a dict as its keys and its values: two lists, no tuple an item (a dict of many epochs made
+        # that many tuples a write, and the collector's passes over them cost more than encoding)
+        is_list = type(container) is list
+        items = [container] if is_list else [list(container), list(container.values())]
+        cached = self._cache.get(path)
+        done, text = 0, ""
+        if cached is not None and cached[0] is container:
+            known = cached[1]
+            n = len(known[0])
+            if len(items[0]) >= n and all(now[:n] == then for now, then in zip(items, known)):
+                done, text = n, cached[2]
+        # the last TAIL items are encoded at every write, not kept: a list's end taken back (popped)
+        # and grown again leaves the kept part as it was
+        keep = max(len(items[0]) - self.TAIL, done)
+        text = self._joined(text, [part[done:keep] for part in items], is_list)
+        self._cache[path] = (container, [part[:keep] for part in items], text)
+        text = self._joined(text, [part[keep:] for part in items], is_list)
+        return f"[{text}]" if is_list else f"{{{text}}}"
+
+    @staticmethod
+    def _joined(text: str, new: list[list], is_list: bool) -> str:
+        if not new[0]:
+            return text
+        more = _text(new[0] if is_list else dict(zip(new[0], new[1])))[1:-1]
+        return f"{text},{more}" if text else more
+
+
 class ExperimentStore:
     """One experiment: ``objects/`` shared by its ``runs/<run-id>/``."""
 

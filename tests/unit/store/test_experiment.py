@@ -36,3 +36,43 @@ def test_run_resolution_errors(tmp_path):
         store.resolve_run("2026")
     with pytest.raises(Exception, match="unknown"):
         store.resolve_run("1999")
+
+
+def test_growing_dumps_gives_dumps_text_and_encodes_only_what_was_added(monkeypatch) -> None:
+    """run.json rewritten as a loop of short epochs grows it: the same bytes as ``dumps`` after
+    every kind of change its growing containers see, encoding only the items added since."""
+    import random
+
+    import flor.store.experiment as experiment
+    from flor.store.experiment import GrowingDumps, dumps
+
+    encoded: list[int] = []
+    real = experiment._text
+    monkeypatch.setattr(experiment, "_text", lambda obj: (encoded.append(len(obj)), real(obj))[1])
+    rng = random.Random(7)
+    epochs: list[float] = []
+    blocks: dict[str, list] = {}
+    replay: list[int] = []
+    doc = {"name": "x", "timings": {"epoch_s": epochs, "blocks": {"train": []}}, "epoch_blocks": blocks,
+           "checkpoint_policy": {"replay_epochs": replay, "skipped_epochs": []}, "status": "running",
+           "odd": [float("nan"), float("inf"), "\u00e9\"\\", None, {"k": [1, 2]}]}
+    g = GrowingDumps()
+    for epoch in range(3000):
+        epochs.append(rng.random())
+        doc["timings"]["blocks"]["train"].append(round(rng.random(), 6))
+        blocks[str(epoch)] = [["train", 0]]
+        replay.append(epoch)
+        if rng.random() < 0.3:
+            replay.pop()  # the policy's refused(): a list's end taken back
+        if epoch % 97 == 0:
+            doc["status"] = f"epoch {epoch}"
+        if epoch == 2000:
+            doc["checkpoint_policy"]["skipped_epochs"] = list(range(600))  # another list object: all of it
+        if epoch % 50 == 0 or epoch > 2990:
+            encoded.clear()
+            assert g(doc) == dumps(doc), epoch
+            if 1000 < epoch != 2000 and epoch % 50 == 0:  # all long by 1000 (encoded whole once then)
+                assert max(encoded) < 200  # the long ones: only what came since the last write
+    replay[100] = -1  # a change in the middle of a list is seen too (the items are compared)
+    assert g(doc) == dumps(doc)
+    assert GrowingDumps()([1, 2]) == dumps([1, 2])
