@@ -120,10 +120,11 @@ def pick_run(run: str | None, runs: list[str], name: str, where: str) -> str:
 
 
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=True).encode()
+    return _text(obj).encode()
 
 
 def _text(obj: Any) -> str:
+    """The store's JSON text of ``obj`` (``dumps``, and ``GrowingDumps``' pieces)."""
     return json.dumps(obj, separators=(",", ":"), allow_nan=True)
 
 
