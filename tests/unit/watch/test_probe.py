@@ -15,7 +15,7 @@ from flor.watch.attributes import ModuleAttrProbe
 from flor.watch.draws import DrawsProbe
 from flor.watch.grads import GradProbe
 from flor.watch.names import NamesProbe
-from flor.watch.outside import OutsideProbe
+from flor.watch.outside import REPLACED, OutsideChanges, OutsideProbe
 from flor.watch.probe import Probe, View, Watch
 from flor.watch.reachable import ContainerProbe
 from flor.watch.variables import VariablesProbe
@@ -239,7 +239,7 @@ def test_in_place_changes_between_blocks_are_noted_and_others_named_on_replay() 
 def test_in_place_changes_are_found_between_runs_without_a_checkpoint_and_on_a_replaced_parameter() -> None:
     """The modules' tensors are walked at checkpointed runs (and every WALK_EVERY runs); their counters
     are read at every run: a change between two quiet runs is found, and a parameter the script
-    replaced is read from the next walk on."""
+    replaced between two runs is found replaced at the next, and read from there on."""
     net = torch.nn.Linear(2, 2)
     watch = Watch([OutsideProbe()], Said())
     frame = sys._getframe()
@@ -251,13 +251,27 @@ def test_in_place_changes_are_found_between_runs_without_a_checkpoint_and_on_a_r
             with torch.no_grad():
                 net.bias.add_(1.0)  # between two runs without a checkpoint
         if epoch == 10:
-            net.weight = torch.nn.Parameter(torch.zeros(2, 2))  # a new tensor: the next walk reads it
+            net.weight = torch.nn.Parameter(torch.zeros(2, 2))  # a new tensor: found replaced, then read
         if epoch in (11, 52):
             with torch.no_grad():
                 net.weight.mul_(2.0)
+        if epoch == 20:
+            torch.nn.Linear(3, 3)  # registered elsewhere: the walk again finds nothing here changed
     assert found[4] == {"end() object 0: bias": 1}
-    assert found[12] == {} and found[53] == {"end() object 0: weight": 1}  # walked at epoch 50
-    assert [i for i, f in enumerate(found) if f] == [4, 53]
+    assert found[11] == {"end() object 0: weight": REPLACED}
+    assert found[12] == {"end() object 0: weight": 1} and found[53] == {"end() object 0: weight": 1}
+    assert [i for i, f in enumerate(found) if f] == [4, 11, 12, 53]
+
+
+def test_a_submodule_replaced_or_removed_between_runs_is_found() -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    changes = OutsideChanges()
+    changes.ended((net,))
+    net[0] = torch.nn.Linear(2, 2)
+    assert changes.started() == {"end() object 0: 0.weight": REPLACED, "end() object 0: 0.bias": REPLACED}
+    changes.ended((net,))
+    net[1].running_var = None  # a buffer set to None: gone from the walk
+    assert changes.started() == {"end() object 0: 1.running_var": REPLACED}
 
 
 # -- ContainerProbe, NamesProbe, ModuleAttrProbe, GradProbe -------------------------------------------
