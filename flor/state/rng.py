@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, StateError
-from .torch_mark import TorchMark, torch_marker, torch_view
+from .torch_mark import torch_marker
 
-__all__ = ["NumpyRaw", "RNG_BYTES", "as_tuple", "capture_rng", "cuda_offset", "cuda_undrawn", "fingerprints",
-           "markers", "restore_rng", "same_rng", "settled"]
+__all__ = ["NumpyRaw", "RNG_BYTES", "as_tuple", "capture_rng", "cuda_mark", "cuda_offset", "cuda_undrawn",
+           "fingerprints", "markers", "numpy_memory", "python_memory", "restore_rng", "same_rng", "settled"]
 
 
 #: about the bytes one capture_rng() holds on the CPU (Python 2.5 kB, NumPy 2.5 kB, torch 5 kB)
@@ -59,10 +59,11 @@ def capture_rng(*, raw: bool = False) -> dict:
 
 def fingerprints(skip: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     """``{generator: a value equal to another's exactly when the states are}`` for the global
-    generators but those in ``skip``: what ``flor.watch.draws`` compares at every block run, in
-    ~1 us rather than a capture and three ``same_rng`` (~15 us): a few raw bytes of Python's and
-    NumPy's (``_python_mark``), a copy of torch's generator's fields (``flor.state.torch_mark``,
-    read as ``get_state()`` only where they differ; where it cannot be read raw, its state as bytes).
+    generators but those in ``skip``, in a few µs rather than a capture and three ``same_rng``
+    (~15 us): a few raw bytes of Python's and NumPy's (``_python_mark``), a copy of torch's
+    generator's fields (``flor.state.torch_mark``, read as ``get_state()`` only where they differ;
+    where it cannot be read raw, its state as bytes). ``flor.state.draw_marks`` reads what tells a
+    draw in one object.
 
     >>> a = fingerprints(); _ = random.random(); b = fingerprints({"numpy"})
     >>> sorted(k for k in b if a[k] != b[k]), "numpy" in b
@@ -77,8 +78,9 @@ def fingerprints(skip: frozenset[str] | set[str] = frozenset()) -> dict[str, Any
 
 def markers(skip: frozenset[str] | set[str] = frozenset()) -> tuple[tuple[str, ...], Callable[[], list]]:
     """The generators ``fingerprints`` reads but those in ``skip``, and a function that gives their
-    marks in that order (CUDA's None while CUDA is not initialized): what ``flor.watch.draws``
-    calls at every block run, without a dict or a name looked up.
+    marks in that order (CUDA's None while CUDA is not initialized). ``flor.state.draw_marks``
+    reads the same bytes joined in one object where it can (what ``flor.watch.draws`` reads twice
+    a block run), and these where it cannot.
 
     >>> keys, read = markers({"numpy"}); a = read(); _ = random.random(); b = read()
     >>> [k for k, x, y in zip(keys, a, b) if x != y], "numpy" in keys
@@ -91,54 +93,26 @@ def markers(skip: frozenset[str] | set[str] = frozenset()) -> tuple[tuple[str, .
     def each() -> list:
         return [mark() for mark in fns]
 
-    return keys, _raw_marks(keys, each) or each
+    return keys, each
 
 
-def _raw_marks(keys: tuple[str, ...], each: Callable[[], list]) -> Callable[[], list] | None:
-    """``markers``' function as one closure over the raw views of Python's, NumPy's and torch's
-    global generators (the marks ``_python_mark``, ``_numpy_mark`` and ``_torch_mark`` give, without
-    their look-ups: read twice a block run); ``each`` where a global generator is another object
-    than when it was made. None where one of them cannot be read raw."""
-    for mark in (_python_mark, _numpy_mark, _torch_mark):
-        mark()  # the readers made
-    python, numpy_, torch_ = _READERS.get("python"), _READERS.get("numpy"), _READERS.get("torch")
-    if python is None or numpy_ is None or torch_ is None or None in (python[2], numpy_[2], torch_[2]):
-        return None
-    inst, view = python[0], python[2]
-    rs, bitgen, (state, has_gauss, gauss) = numpy_
-    generator, tview = torch_[0], torch_view(torch_[0])
-    mtrand, torch_module, cuda_module, end = np.random.mtrand, torch, torch.cuda, NumpyRaw.STATE_BYTES
-    # whether CUDA was initialized, without is_initialized()'s call (its flag, where this torch has it)
-    if tview is None or not hasattr(cuda_module, "_initialized"):
-        return None
-
-    def raw(fallback: Callable[[], Any] = each) -> Any:
-        """Every generator's mark, in ``_MARKS``' order (``torch_mark``'s inline); ``fallback()``
-        where a global generator is another object now."""
-        if random._inst is not inst or mtrand._rand is not rs or rs._bit_generator is not bitgen \
-                or torch_module.default_generator is not generator:
-            return fallback()
-        return [(view[0:8], inst.gauss_next),  # type: ignore[attr-defined]
-                (state[0:4], state[end - 4:end], has_gauss.value, gauss.value),
-                TorchMark((tview.raw,)),
-                _cuda_mark() if cuda_module._initialized else None]
-
-    if keys == tuple(key for key, _ in _MARKS):
-        return raw
-    at = [i for i, (key, _) in enumerate(_MARKS) if key in keys]
-
-    def some() -> list:
-        found = raw(_nothing)
-        return each() if found is None else [found[i] for i in at]
-
-    return some
+def python_memory() -> tuple[random.Random, Any] | None:
+    """Python's global generator and a view of its memory (its position, then its 624 words: a
+    ctypes array), or None where it cannot be read raw."""
+    _python_mark()  # the reader made
+    reader = _READERS.get("python")
+    return None if reader is None or reader[2] is None else (reader[0], reader[2])
 
 
-def _nothing() -> None:
-    return None
+def numpy_memory() -> tuple[Any, Any, tuple[Any, Any, Any]] | None:
+    """NumPy's global ``RandomState``, its bit generator, and views of the bit generator's state
+    (``NumpyRaw``), ``has_gauss`` and ``gauss`` (ctypes objects), or None where they cannot be read raw."""
+    _numpy_mark()  # the reader made
+    reader = _READERS.get("numpy")
+    return None if reader is None or reader[2] is None else reader
 
 
-def _cuda_mark() -> Any:
+def cuda_mark() -> Any:
     """Every initialized CUDA device's state, as bytes; None while CUDA is not initialized."""
     if not (torch.cuda.is_initialized() and torch.cuda.is_available()):
         return None
@@ -146,7 +120,7 @@ def _cuda_mark() -> Any:
 
 
 def _python_mark() -> Any:
-    """What tells whether Python's global generator drew: its position and first word (a draw
+    """What tells whether Python's global generator drew: its position and first two words (a draw
     moves the position; the 624th since the last twist twists every word), and the spare normal
     deviate; read from memory where ``_python_raw`` can, else ``random.getstate()``."""
     reader = _READERS.get("python")
@@ -155,7 +129,7 @@ def _python_mark() -> Any:
     view = _READERS["python"][2]
     if view is None:
         return random.getstate()
-    return view[0:8], random._inst.gauss_next  # type: ignore[attr-defined]
+    return view[0:12], random._inst.gauss_next  # type: ignore[attr-defined]
 
 
 def _torch_mark() -> Any:
@@ -171,7 +145,7 @@ def _torch_mark() -> Any:
 
 
 def _numpy_mark() -> Any:
-    """As ``_python_mark``, for NumPy's global generator (``NumpyRaw``: the first key word, the
+    """As ``_python_mark``, for NumPy's global generator (``NumpyRaw``: the first two key words, the
     position, the spare normal deviate); ``get_state``'s text where it cannot be read raw."""
     rs = np.random.mtrand._rand
     reader = _READERS.get("numpy")
@@ -180,7 +154,7 @@ def _numpy_mark() -> Any:
     if reader[2] is None:
         return repr(np.random.get_state(legacy=False))
     state, has_gauss, gauss = reader[2]
-    return state[0:4], state[NumpyRaw.STATE_BYTES - 4:NumpyRaw.STATE_BYTES], has_gauss.value, gauss.value
+    return state[0:8], state[NumpyRaw.STATE_BYTES - 4:NumpyRaw.STATE_BYTES], has_gauss.value, gauss.value
 
 
 _CLONE = getattr(torch.Generator, "clone_state", None)
@@ -195,7 +169,7 @@ def _torch_clone() -> Any:
 
 #: (generator, its mark) in the order ``fingerprints`` reads them
 _MARKS: tuple[tuple[str, Callable[[], Any]], ...] = (
-    ("python", _python_mark), ("numpy", _numpy_mark), ("torch", _torch_mark), ("cuda", _cuda_mark))
+    ("python", _python_mark), ("numpy", _numpy_mark), ("torch", _torch_mark), ("cuda", cuda_mark))
 
 
 def settled(state: Any) -> Any:

@@ -24,11 +24,12 @@ __all__ = ["DrawsProbe", "recorded_draws"]
 EMPTY: frozenset[str] = frozenset()
 
 
-def _markers(skip: frozenset[str]) -> tuple[tuple[str, ...], Callable[[], list]]:
-    """``flor.state.rng.markers``, imported when first used (it imports torch: not at flor's import)."""
-    from ..state.rng import markers
+def _reader(skip: frozenset[str]) -> tuple[tuple[str, ...], Callable[[], Any], Callable[[Any, Any], Any]]:
+    """``flor.state.draw_marks.draw_reader``, imported when first used (it imports torch: not at flor's
+    import)."""
+    from ..state.draw_marks import draw_reader
 
-    return markers(skip)
+    return draw_reader(skip)
 
 
 class DrawsProbe(Probe):
@@ -45,26 +46,25 @@ class DrawsProbe(Probe):
         self.said = False
         #: recording: the generators every block so far is known to have drawn before (not looked at again)
         self._known: frozenset[str] = frozenset()
-        self._read: tuple[tuple[str, ...], Callable[[], list]] | None = None  # markers(self._known)
+        #: draw_reader(self._known): the generators read, read(), drawn(before, now)
+        self._read: tuple[tuple[str, ...], Callable[[], Any], Callable[[Any, Any], Any]] | None = None
 
     def leave(self, view: View, say: Say) -> None:
         if view.replay and (self.recorded is None or self.said):
             return
         # at every block run (a sampling evaluation may run every N of them), so only what tells a draw
-        # (``fingerprints``), and not the generators every block seen so far is known to have drawn from
+        # (``draw_reader``), and not the generators every block seen so far is known to have drawn from
         if self._read is None:
-            self._read = _markers(self._known)
-        keys, read = self._read
-        self.last = (keys, read, read())
+            self._read = _reader(self._known)
+        keys, read, drawn = self._read
+        self.last = (keys, read, drawn, read())
 
     def enter(self, view: View, say: Say) -> None:
         last, self.last = self.last, None
         if last is None or (view.replay and (self.recorded is None or self.said)):
             return
-        keys, read, before = last
-        now = read()  # CUDA's mark is None until it is initialized: not a draw
-        # nothing drawn (most runs): no set made
-        found = EMPTY if now == before else {k for k, a, b in zip(keys, before, now) if a != b and None not in (a, b)}
+        _, read, drawn, before = last
+        found = drawn(before, read())  # nothing drawn (most runs): EMPTY, no set made
         if not view.replay:
             if found:
                 drew = self.drew.setdefault(view.block, set())
