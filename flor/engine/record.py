@@ -46,13 +46,17 @@ from .runrecord import LEFT_OPEN, RunRecord
 from .session import Session, as_result, copy_source, new_run_id, source_sha
 from .trackers import note_trackers
 
-__all__ = ["META_EVERY_S", "META_WRITE_SHARE", "RecordSession"]
+__all__ = ["LOOKAHEAD_EVERY_S", "META_EVERY_S", "META_WRITE_SHARE", "RecordSession"]
 
 #: the longest run.json waits after an epoch that took no checkpoint ...
 META_EVERY_S = 0.5
 #: ... unless writing it took longer than this share of that wait: a run.json of many short epochs (a
 #: block per iteration: ~45 bytes each, 27 MB at 600k) then waits this many times its last write
 META_WRITE_SHARE = 50
+#: after the look-ahead (``RecordSession._worker_may_start``) said no, it is asked again at most this
+#: often while the epochs run the same blocks: a loop of short epochs (a block per iteration) does not
+#: pay it at each (~7 µs); a checkpoint the budget allows meanwhile waits at most this much training
+LOOKAHEAD_EVERY_S = 0.05
 
 
 class RecordSession(Session):
@@ -116,6 +120,7 @@ class RecordSession(Session):
         self.saved = False  # whether a block of this epoch was checkpointed: run.json is written at its end
         self.meta_written = 0.0  # when run.json was last written (perf_counter)
         self.meta_due_at = 0.0  # ... and when it is next written after an epoch without a checkpoint
+        self._ask_after, self._asked_blocks = 0.0, []  # the look-ahead's last no (_worker_may_start)
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
         self.draws = DrawsProbe()  # run.json drew_between: what the code between blocks draws (flor.watch.draws)
@@ -289,10 +294,16 @@ class RecordSession(Session):
         policy = self.checkpoints.policy
         if policy.every is not None:  # a fixed schedule: what the blocks ran and when does not matter
             return policy.may_be_due((), epoch, elapsed=0.0)
+        now = time.perf_counter()
+        if now < self._ask_after and self.epoch_blocks == self._asked_blocks:
+            return False  # it said no under LOOKAHEAD_EVERY_S ago, for the same blocks
         names, times = [name for name, _ in self.epoch_blocks], self._block_times  # their run times, by block
         run_s = {name: times[name][-1] for name in names if times.get(name)}
-        elapsed = time.perf_counter() - (self.loop_started or self.block_started) + max(run_s.values(), default=0.0)
-        return policy.may_be_due(names, epoch, elapsed=elapsed, run_s=run_s)
+        elapsed = now - (self.loop_started or self.block_started) + max(run_s.values(), default=0.0)
+        may = policy.may_be_due(names, epoch, elapsed=elapsed, run_s=run_s)
+        if not may:
+            self._ask_after, self._asked_blocks = now + LOOKAHEAD_EVERY_S, self.epoch_blocks
+        return may
 
     # -- blocks ------------------------------------------------------------------------
 

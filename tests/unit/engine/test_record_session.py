@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+import torch
 
 from sessions import record
 
@@ -50,3 +53,37 @@ def test_the_loops_variables_are_noted_only_before_an_epoch_a_worker_may_start_a
     assert not (session.run_dir / "logs" / "state.jsonl").exists() or \
         "vars" not in (session.run_dir / "logs" / "state.jsonl").read_text()
     assert checkpointed(session) == [0] and session.checkpoints.policy.skipped == [1, 2, 3]
+
+
+def test_a_look_ahead_that_said_no_is_asked_again_after_a_while_or_for_other_blocks(tmp_path: Path) -> None:
+    """A loop of short epochs at the default budget: after the look-ahead (whether the next epoch may be
+    checkpointed) said no, the next epochs that run the same blocks are not asked within
+    LOOKAHEAD_EVERY_S; one that runs another block is, and so is the first after that time."""
+    import time
+
+    from sessions import isolated, script_copy, settings
+
+    from flor.engine.record import LOOKAHEAD_EVERY_S, RecordSession
+
+    asked: list[int] = []
+
+    def no(blocks, epoch, **kw) -> bool:
+        asked.append(epoch)
+        return False
+
+    with isolated(script_copy(tmp_path, __file__)) as made:
+        session = RecordSession(settings(tmp_path, "record"))
+        made.append(session)
+        session.checkpoints.policy.may_be_due = no  # type: ignore[method-assign]
+        session.loop_frame, session.loop_wrapper = sys._getframe(), None
+        net = torch.nn.Linear(2, 2)
+        for epoch in session.iterate(range(40)):
+            for name in ("train", "eval") if epoch == 20 else ("train",):
+                session.step_into(name, False)
+                session.end((net,))
+            if epoch == 30:
+                time.sleep(LOOKAHEAD_EVERY_S * 1.5)
+        session.close()
+    # epoch 0 is checkpointed (its end asks for epoch 1); 21 ran "eval" too; 31 came after the pause
+    assert asked[0] == 1 and 21 in asked and 22 in asked and 31 in asked
+    assert len(asked) <= 8, asked
