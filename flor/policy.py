@@ -112,6 +112,7 @@ class CheckpointPolicy:
     checkpointed: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
     for_replay: list[int] = field(default_factory=list)  # of them, those kept past the budget: they pay back
+    seen: set[str] = field(default_factory=set)  # blocks checkpointed at least once (the first: not in estimate)
 
     def due(self, block: str, epoch: int | None, *, elapsed: float, run_s: float | None = None) -> bool:
         """Whether to checkpoint ``block`` at ``epoch``, ``elapsed`` seconds into training;
@@ -143,12 +144,15 @@ class CheckpointPolicy:
         (False, True)
         >>> p.skipped, p.for_replay  # asking decides nothing (True: past the budget, it pays a replay back)
         ([], [])
+        >>> p = CheckpointPolicy(overhead=0.01); p.observe("train", 0, stall=0.5, first=True)  # not measured
+        >>> p.may_be_due(["train"], 1, elapsed=20.0), p.may_be_due(["train"], 1, elapsed=60.0)  # as due() asks
+        (False, True)
         """
         if self.every is not None:
             return epoch % self.every == 0
         names = set(blocks)
-        if not names or not names <= self.estimate.keys():
-            return True
+        if not names or not names <= self.seen:
+            return True  # a block never checkpointed: its first checkpoint is taken whatever it costs
         run_s = run_s or {}
         for block in names:  # asked at the end of every epoch: a loop, not a generator
             if self._ok(block, epoch, elapsed, run_s.get(block))[0]:
@@ -193,6 +197,7 @@ class CheckpointPolicy:
     def observe(self, block: str, epoch: int | None, *, stall: float, first: bool = False) -> None:
         """Account the measured stall of one checkpoint (``first``: the block's first)."""
         self.stall_s += stall
+        self.seen.add(block)
         if first:
             self.first_stall_s += stall
         else:
