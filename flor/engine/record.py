@@ -120,7 +120,8 @@ class RecordSession(Session):
         self.saved = False  # whether a block of this epoch was checkpointed: run.json is written at its end
         self.meta_written = 0.0  # when run.json was last written (perf_counter)
         self.meta_due_at = 0.0  # ... and when it is next written after an epoch without a checkpoint
-        self._ask_after, self._asked_blocks = 0.0, []  # the look-ahead's last no (_worker_may_start)
+        self._ask_after = 0.0  # the look-ahead's last no (_worker_may_start): when, for which blocks
+        self._asked_blocks: list[list] = []
         # the script's state outside end(), one probe per kind (flor.watch); VariablesProbe first: the
         # container and names probes read what it noted
         self.draws = DrawsProbe()  # run.json drew_between: what the code between blocks draws (flor.watch.draws)
