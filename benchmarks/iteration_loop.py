@@ -7,12 +7,15 @@ does) is recorded with a checkpoint only at epoch 0 (``FLOR_EVERY`` past the end
 its training thread everything flor does per block run: ``next()`` on ``flor.it`` (the epoch's
 end: the loop's variables noted, run.json at most every 0.5 s, the logs flushed),
 ``step_into`` and ``end()``. The first 10 epochs and every epoch that took a checkpoint are left
-out. The same script without ``--flor`` (flor inert) gives the floor of those calls, and with
+out. ``default``: the same recorded at the default budget, where the policy decides which epochs
+it checkpoints (a few of 3000; they are in its times, which the median leaves out). The same
+script without ``--flor`` (flor inert) gives the floor of those calls, and with
 ``bare`` as its last argument (no flor call at all: a plain ``range`` and two functions that
 return at once) the floor of the benchmark's own clocks. Reported: the time in those calls per
 block run that takes no checkpoint (median and mean, µs), and per iteration in the chunked form,
 as wall time and as the training thread's CPU time (``time.thread_time``: what other processes
-on a shared machine do not lengthen); flor's time is the recording's less the bare floor (each
+on a shared machine do not lengthen), and the training between those calls (``train``: what flor's
+work costs the training it leaves colder caches, side by side with ``bare``); flor's time is the recording's less the bare floor (each
 interval holds a ``thread_time`` system call of the benchmark's). The issue's target is 20 µs of
 flor time a block run.
 
@@ -49,6 +52,7 @@ X = get_batch()
 iter_num = 0
 flor_s = []  # per flor epoch: seconds in flor's calls (wall)
 flor_cpu = []  # ... and the training thread's CPU seconds in them (what other processes do not lengthen)
+train_s = []  # ... and the wall seconds of the training between them (flor's work may leave it colder caches)
 clock, cpu = time.perf_counter, time.thread_time
 if sys.argv[3:] == ["bare"]:  # the clocks alone: nothing of flor's is called
     loop = iter(range(iters // chunk))
@@ -77,7 +81,8 @@ while True:
     t4, c4 = clock(), cpu()
     flor_s.append((t2 - t0) + (t4 - t3))
     flor_cpu.append((c2 - c0) + (c4 - c3))
-print("TIMES " + json.dumps({"wall": flor_s, "cpu": flor_cpu}), file=sys.stderr)
+    train_s.append(t3 - t2)
+print("TIMES " + json.dumps({"wall": flor_s, "cpu": flor_cpu, "train": train_s}), file=sys.stderr)
 '''
 
 
@@ -96,29 +101,36 @@ def main() -> None:
     script = tmp / "iters.py"
     script.write_text(SCRIPT)
     e = env(tmp / "home", threads=1, FLOR_EVERY=str(10**9))
+    default = env(tmp / "home", threads=1)  # the default budget: the policy decides (its epochs are few)
     found: dict[str, list[float]] = {}
     for rep in range(opts.reps):
         for form, chunk in (("per iteration", 1), (f"chunks of {opts.chunk}", opts.chunk)):
-            for mode in ("bare", "inert", "record"):
-                flags = {"record": ["--flor", f"it{rep}{chunk}"], "bare": ["bare"]}.get(mode, [])
-                _, proc = run([str(script), str(opts.iters), str(chunk), *flags], e)
+            for mode in ("bare", "inert", "record", "default"):
+                flags = {"record": ["--flor", f"it{rep}{chunk}"], "default": ["--flor", f"id{rep}{chunk}"],
+                         "bare": ["bare"]}.get(mode, [])
+                _, proc = run([str(script), str(opts.iters), str(chunk), *flags], default if mode == "default" else e)
                 for kind, per_epoch in times(proc.stderr).items():  # [10:] warm: epoch 0 took the one checkpoint
                     found.setdefault(f"{form}/{mode}/{kind}", []).extend(x / chunk for x in per_epoch[10:])
     rows, out = [], {}
     for key, xs in found.items():
         form, mode, kind = key.split("/")
         us = {"median_us": median(xs) * 1e6, "mean_us": sum(xs) / len(xs) * 1e6}
-        out[f"{form}/{mode}" + ("" if kind == "wall" else " (thread CPU)")] = us
+        out[f"{form}/{mode}" + {"wall": "", "cpu": " (thread CPU)", "train": " (training between)"}[kind]] = us
         rows.append([form, mode, kind, us["median_us"], us["mean_us"]])
     print(table(rows, ["form", "flor", "time", "µs/iteration median", "µs/iteration mean"]))
     # flor's time: the recording's less the benchmark's own clocks (the bare floor), medians
-    flor_us = {f"{form}{kind}": out[f"{form}/record{kind}"]["median_us"] - out[f"{form}/bare{kind}"]["median_us"]
-               for form in ("per iteration", f"chunks of {opts.chunk}") for kind in ("", " (thread CPU)")}
+    flor_us = {f"{form}{kind}{budget}": out[f"{form}/{mode}{kind}"]["median_us"] - out[f"{form}/bare{kind}"]["median_us"]
+               for form in ("per iteration", f"chunks of {opts.chunk}") for kind in ("", " (thread CPU)")
+               for mode, budget in (("record", ""), ("default", ", default budget"))}
     for key, us in flor_us.items():
         print(f"flor time, {key}: {us:.2f} µs median")
+    slower = {mode: out[f"per iteration/{mode} (training between)"]["median_us"]
+              - out["per iteration/bare (training between)"]["median_us"] for mode in ("inert", "record", "default")}
+    for mode, us in slower.items():
+        print(f"training between the calls, per iteration, {mode} less bare: {us:+.2f} µs median")
     path = save("iteration_loop", {"iters": opts.iters, "chunk": opts.chunk, "reps": opts.reps,
                                    "target_us_per_block_run": 20, "per_iteration": out,
-                                   "flor_us_median": flor_us})
+                                   "flor_us_median": flor_us, "training_between_less_bare_us": slower})
     print(f"wrote {path}")
 
 
