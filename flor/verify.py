@@ -51,6 +51,16 @@ class BlockEvent:
     cause: str | None = None
 
 
+def never_ran(log: str, where: str) -> str:
+    """FL338's note: the hindsight ``log`` (its call and where it sits) never ran ``where``.
+
+    >>> never_ran("flor.log('x', ...) at line 3, in f()", "in this replay")[:70]
+    "the hindsight flor.log('x', ...) at line 3, in f() never ran in this r"
+    """
+    return (f"the hindsight {log} never ran {where}, so its values are missing; move it where the replayed "
+            "code runs (inside a block, or after end()) or pass probed=True to the block that runs it")
+
+
 def cause_missing(names: list[str]) -> str:
     """The likely cause of a divergence where the replay knows it did not restore ``names``."""
     return f"state this replay could not restore as recorded: {listed(sorted(names), 6)} (see the notes)"
@@ -115,6 +125,10 @@ class Summary:
     outside: list[str] = field(default_factory=list)
     #: files this worker wrote that the recording wrote too (FL340): a launch names those several wrote
     rewrote: list[str] = field(default_factory=list)
+    #: a worker of a launch that replays every epoch: the hindsight flor.log calls the edit added, as
+    #: [name, where], and the names of those that ran here: a launch names those that ran in no worker (FL338)
+    new_logs: list[list[str]] = field(default_factory=list)
+    ran_new: list[str] = field(default_factory=list)
 
     def check_logs(self, recorded: list[dict], replayed: list[dict], *, key: Callable[[dict], Any],
                    same: Callable[[Any, Any], bool], code_changed: bool) -> None:
@@ -186,6 +200,7 @@ class Summary:
             "log_mismatches": self.log_mismatches[:100], "hindsight": self.hindsight, "notes": self.notes,
             "findings": sorted({c for c in map(code_of, self.notes) if c is not None}),
             "loop": self.loop, "unrestored": self.unrestored, "outside": self.outside, "rewrote": self.rewrote,
+            **({"new_logs": self.new_logs, "ran_new": self.ran_new} if self.new_logs else {}),
             "blocks": [e.__dict__ for e in self.events],
         }
 

@@ -26,7 +26,7 @@ from ..source.blocks import WRONG_MID_RUN, wrapper_advice
 from ..state.describe import arity_message
 from ..store.layout import RunLayout
 from ..store.runlogs import check_write_folders, read_run_logs, retire_worker_files
-from ..verify import BlockEvent, Summary
+from ..verify import BlockEvent, Summary, never_ran
 from ..watch.carried import CarriedProbe
 from ..watch.draws import DrawsProbe, recorded_draws
 from ..watch.frames import caller_frame, left_normally
@@ -358,14 +358,17 @@ class ReplaySession(Session):
                                 int(self.meta.epochs_done or 0))
         except OSError as exc:
             print(f"flor: FL331 could not write TensorBoard events: {exc}", file=sys.stderr)
-        if self.new_logs and self.ngpus == 1 and not self.settings.epoch_range and self.exit_error is None:
-            ran = {r["name"] for r in mine}  # a whole replay: a new log that wrote nothing never ran
-            for log in self.new_logs:
-                if log.name is not None and log.name not in ran:
-                    self.note("FL338", f"the hindsight {log.call()} at {log.where()} never ran in this replay, so "
-                              "its values are missing; move it where the replayed code runs (inside a block, or "
-                              "after end()) or pass probed=True to the block that runs it")
         s = self.summary
+        if self.new_logs and not self.settings.epoch_range and self.exit_error is None:
+            ran = {r["name"] for r in mine}  # a whole replay: a new log that wrote nothing never ran
+            named = [log for log in self.new_logs if log.name is not None]
+            if self.ngpus == 1:
+                for log in named:
+                    if log.name not in ran:
+                        self.note("FL338", never_ran(f"{log.call()} at {log.where()}", "in this replay"))
+            else:  # a segment: where the others ran it, the launch's merged summary knows (flor.launch.report)
+                s.new_logs = [[log.name, f"{log.call()} at {log.where()}"] for log in named]
+                s.ran_new = sorted({log.name for log in named if log.name in ran})
         if not s.header:
             s.header = (f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, "
                         f"worker {self.pid}/{self.ngpus}")

@@ -62,9 +62,13 @@ def summary_problem(s: Any) -> str | None:
     for problem in (_field(s, "ngpus", int), _field(s, "shared_logs", int), _field(s, "exit", str),
                     _field(s, "verdict", str), _field(s, "counts", dict), _field(s, "script_sha256", str),
                     _field(s, "log_mismatches", list), _field(s, "loop", list), _span(s, "segment"),
-                    _span(s, "init"), _strings(s, "hindsight"), _strings(s, "notes")):
+                    _span(s, "init"), _strings(s, "hindsight"), _strings(s, "notes"), _strings(s, "ran_new"),
+                    _field(s, "new_logs", list)):
         if problem is not None:
             return problem
+    if any(not (isinstance(x, list) and len(x) == 2 and all(isinstance(v, str) for v in x))
+           for x in s.get("new_logs") or []):
+        return "new_logs holds an item that is not a [name, where] pair of strings"
     if any(not _kind(v, (int,)) for v in (s.get("counts") or {}).values()):
         return "counts holds a value that is not a whole number"
     blocks = s.get("blocks")

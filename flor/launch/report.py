@@ -15,7 +15,7 @@ from ..placement import cores
 from ..store import ExperimentStore
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
-from ..verify import BlockEvent, Summary
+from ..verify import BlockEvent, Summary, never_ran
 from .estimate import ReplayEstimate
 from .records import read_launch_record, read_summary
 
@@ -42,6 +42,9 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
     lines: list[str] = []
     notes: list[str] = []
     rewrote: dict[str, list[int]] = {}  # a file the recording wrote -> the workers that wrote it again (FL340)
+    new_logs: dict[str, str] = {}  # the hindsight flor.log calls the edit added: where -> name (FL338)
+    ran_new: set[str] = set()  # ... those that ran in some worker
+    whole = True  # every worker told which of them ran in its segment (a launch of every epoch)
     for w in range(n):
         s = found.get(w)
         if s is None:
@@ -67,10 +70,16 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
         for path in s.get("rewrote") or []:
             if isinstance(path, str) and w not in rewrote.setdefault(path, []):
                 rewrote[path].append(w)
+        whole = whole and s.get("exit") is None and s.get("new_logs") is not None
+        new_logs.update((where, name) for name, where in s.get("new_logs") or [])
+        ran_new.update(s.get("ran_new") or [])
     raced = {path: ws for path, ws in rewrote.items() if len(ws) > 1}
     notes.extend(f"FL341 workers {', '.join(map(str, ws))} of this replay each wrote {path}, which the recording "
                  "wrote too: it holds what the last of them to write it left, not the recording's; guard the write "
                  "with `if not flor.replaying():`" for path, ws in sorted(raced.items()))
+    if whole and not failures and n > 1:  # each worker ran its segment: a new log none of them ran never ran
+        notes.extend(f"FL338 {never_ran(where, 'in any worker of this replay')}"
+                     for where, name in sorted(new_logs.items()) if name not in ran_new)
     merged.notes = notes
     if failures:
         merged.failed = f"{len(failures)} of {n} workers did not finish"
@@ -84,7 +93,7 @@ def merged_summary(run_dir: Path, replay_id: str, workers: int | None = None, *,
     out = merged.to_json()
     out.pop("blocks")
     return {**out, "replay": replay_id, "workers": n, "missing": sorted(failures), "raced": raced,
-            "text": "\n".join(body)}
+            "exit_status": merged.exit_status, "text": "\n".join(body)}
 
 
 def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: RunMeta, gpus: list[str], within: range | None,

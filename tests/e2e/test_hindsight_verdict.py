@@ -6,6 +6,7 @@ the replay exits 3; a generator the script never draws from is not reported."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -14,6 +15,7 @@ from helpers import Runner, values
 IN_TRAIN = {"        # IN-TRAIN": '        flor.log("loss", loss.item(), step=i)'}
 SAMPLES = {"    # OUTER": '    flor.log("val", estimate_loss())'}
 NEVER = {"        # IN-TRAIN": '        if epoch > 99:\n            flor.log("late", loss.item())'}
+FIRST = {"        # IN-TRAIN": '        if epoch == 0:\n            flor.log("first", loss.item())'}  # worker 0's segment
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +62,17 @@ def test_a_hindsight_log_that_never_ran_is_named_where_it_sits(called):
     assert got == {} and proc.returncode == 3, proc.stderr
     assert "FL338 the hindsight flor.log('late', ...) at line 34, in train() never ran" in proc.stderr
     assert [c["code"] for c in summary["conditions"]] == ["FL338"]
+
+
+def test_a_launch_names_a_new_log_none_of_its_workers_ran_and_not_one_that_ran_in_one(called):
+    """A segment cannot tell a log that never runs from one another segment runs; the launch's merged
+    summary can: ``late`` ran in neither worker (FL338, exit 3); ``first`` only in worker 0's (no FL338)."""
+    called.script("called.py", NEVER, dest="never.py")
+    called.script("called.py", FIRST, dest="first.py")
+    never = called.flor("replay", "c", "--workers", "2", "--", sys.executable, "never.py", check=False)
+    out = never.stdout + never.stderr
+    assert never.returncode == 3 and "FL338 the hindsight flor.log('late', ...) at line 34, in train() never ran in " \
+        "any worker of this replay" in out, out
+    first = called.flor("replay", "c", "--workers", "2", "--", sys.executable, "first.py", check=False)
+    out = first.stdout + first.stderr
+    assert first.returncode == 0 and "FL338" not in out and "verified exact" in out, out

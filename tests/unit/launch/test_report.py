@@ -59,3 +59,31 @@ def test_a_file_several_workers_wrote_again_is_named_once_with_the_workers(tmp_p
     assert [n.split(" of this")[0] for n in out["notes"] if n.startswith("FL341")] == ["FL341 workers 0, 2"]
     assert "FL341 workers 0, 2 of this replay each wrote /w/ckpt.pt" in out["text"]
     assert "/w/plot.png" not in out["text"].split("FL341")[1]
+
+
+def _new_logs(tmp_path, ran: dict[int, list[str]], extra: dict[int, dict]) -> dict:
+    """Three workers of a launch of every epoch, each told the edit's two new logs and which ran in its segment."""
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    new = [["late", "flor.log('late', ...) at line 34, in train()"], ["gn", "flor.log('gn', ...) at line 40"]]
+    for w, names in ran.items():
+        (tmp_path / "logs" / f"replay-r1-{w}.summary.json").write_text(json.dumps({
+            "segment": [w, w + 1], "init": [w, w], "verdict": "verified exact", "blocks": [], "new_logs": new,
+            "ran_new": names, **extra.get(w, {})}))
+    return merged_summary(tmp_path, "r1", 3)
+
+
+def test_a_new_log_no_worker_of_a_launch_ran_is_named_and_not_exact(tmp_path):
+    """A segment does not know whether another ran a new flor.log; the launch does: 'gn' ran only in
+    worker 2's segment (no FL338), 'late' in none (FL338, NOT EXACT, exit status 3)."""
+    out = _new_logs(tmp_path, {0: [], 1: [], 2: ["gn"]}, {})
+    assert [c["code"] for c in out["conditions"]] == ["FL338"] and out["verdict"] == "not exact"
+    assert "FL338 the hindsight flor.log('late', ...) at line 34, in train() never ran in any worker" in out["text"]
+    assert "'gn'" not in out["text"] and out["text"].splitlines()[-1].startswith("flor: replay NOT EXACT")
+
+
+@pytest.mark.parametrize("ran, extra", [({0: [], 1: ["late"], 2: ["gn"]}, {}),  # each ran somewhere
+                                        ({0: [], 1: []}, {}),  # worker 2 missing: not known
+                                        ({0: [], 1: [], 2: []}, {2: {"new_logs": None}})])  # one did not tell
+def test_no_fl338_where_every_new_log_ran_or_a_worker_did_not_tell(tmp_path, ran, extra):
+    out = _new_logs(tmp_path, ran, extra)
+    assert "FL338" not in out["text"] and "FL338" not in [c["code"] for c in out["conditions"]]
