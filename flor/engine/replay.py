@@ -361,14 +361,14 @@ class ReplaySession(Session):
         s = self.summary
         if self.new_logs and not self.settings.epoch_range and self.exit_error is None:
             ran = {r["name"] for r in mine}  # a whole replay: a new log that wrote nothing never ran
-            named = [log for log in self.new_logs if log.name is not None]
+            named = [(log.name, f"{log.call()} at {log.where()}") for log in self.new_logs if log.name is not None]
             if self.ngpus == 1:
-                for log in named:
-                    if log.name not in ran:
-                        self.note("FL338", never_ran(f"{log.call()} at {log.where()}", "in this replay"))
+                for name, where in named:
+                    if name not in ran:
+                        self.note("FL338", never_ran(where, "in this replay"))
             else:  # a segment: where the others ran it, the launch's merged summary knows (flor.launch.report)
-                s.new_logs = [[log.name, f"{log.call()} at {log.where()}"] for log in named]
-                s.ran_new = sorted({log.name for log in named if log.name in ran})
+                s.new_logs = [[name, where] for name, where in named]
+                s.ran_new = sorted({name for name, _ in named if name in ran})
         if not s.header:
             s.header = (f"flor: replay {self.replay_id} of {self.settings.name} run {self.run}, "
                         f"worker {self.pid}/{self.ngpus}")
