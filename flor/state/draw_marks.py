@@ -172,9 +172,15 @@ def _check_spares() -> bool:
         view = torch_view(probe)
         if view is None:
             return False
+        def float_spare() -> None:  # no common draw sets it: set through set_state, as a put-back would
+            state = bytearray(probe.get_state().numpy().tobytes())
+            struct.pack_into("=f?", state, _STATE_FLOAT, 0.25, True)
+            probe.set_state(torch.frombuffer(state, dtype=torch.uint8).clone())
+
         for draw in (None, lambda: torch.randn(1, generator=probe), lambda: torch.randn(1, generator=probe),
                      lambda: torch.randn(1, generator=probe, dtype=torch.float64),
-                     lambda: torch.normal(0.0, 1.0, (1,), generator=probe), lambda: torch.rand(5, generator=probe)):
+                     lambda: torch.normal(0.0, 1.0, (1,), generator=probe), float_spare,
+                     lambda: probe.set_state(probe.get_state()), lambda: torch.rand(5, generator=probe)):
             if draw is not None:
                 draw()
             raw, state = view.raw, probe.get_state().numpy().tobytes()

@@ -5,6 +5,7 @@ answer as the per-generator marks of ``fingerprints``."""
 from __future__ import annotations
 
 import random
+import struct
 from typing import Any, Callable
 
 import numpy as np
@@ -37,7 +38,15 @@ DRAWS: list[tuple[str, str, Callable[[], Any]]] = [
     ("torch", "a reseed", lambda: torch.manual_seed(5)),
     ("torch", "bernoulli", lambda: torch.bernoulli(torch.full((3,), 0.5))),
     ("torch", "dropout", lambda: torch.nn.functional.dropout(torch.ones(4), 0.5)),
+    ("torch", "a float spare set", lambda: _float_spare(0.25)),
 ]
+
+
+def _float_spare(value: float) -> None:
+    """torch's global generator given a spare float deviate through ``set_state`` (no common draw sets one)."""
+    state = bytearray(torch.get_rng_state().numpy().tobytes())
+    struct.pack_into("=f?", state, 5048, value, True)
+    torch.set_rng_state(torch.frombuffer(state, dtype=torch.uint8).clone())
 
 
 @pytest.fixture(autouse=True)
