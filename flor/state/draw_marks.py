@@ -42,15 +42,15 @@ import numpy as np
 import torch
 
 from .rng import cuda_mark, markers, numpy_memory, python_memory
-from .torch_mark import torch_view
+from .torch_mark import HEADER, SPARES_AT, torch_view
 
 __all__ = ["draw_reader", "torch_fields"]
 
-#: torch's generator, in ``torch_view``'s bytes: seed_, left_, seeded_ (3 bytes of padding), next_
-#: and the first two words; then at ``_SPARES_AT`` the optional float and double spares (value, flag)
-_HEAD = struct.Struct("=qi?3xI8s")
+#: torch's generator, in ``torch_view``'s bytes (``flor.state.torch_mark``): its header (seed_, left_,
+#: seeded_, next_) and the first two words; then at ``SPARES_AT`` the optional float and double spares
+_HEAD = struct.Struct(f"={HEADER.lstrip('@')}8s")
 _SPARES = struct.Struct("=f?3xd?")
-_SPARES_AT = 2520
+_SPARES_AT = SPARES_AT
 #: ``get_state()``'s bytes: the double spare and its flag, the float spare and its flag
 _STATE_DOUBLE, _STATE_DOUBLE_VALID, _STATE_FLOAT = 5024, 5040, 5048
 

@@ -4,8 +4,8 @@ into a new tensor twice a run (~2 us each, ~10 right after a training step has t
 
 The generator (``CPUGeneratorImpl``) holds a Mersenne Twister (``mt19937_data_pod``: ``uint64
 seed_``, ``int left_``, ``bool seeded_``, ``uint32 next_``, then 624 ``uint32`` words) followed
-by two ``std::optional`` spare normal deviates (a ``float``, a ``double``): 2,540 bytes that
-are all ``get_state()`` reads. The mark (``TorchMark``) is a copy of them; two marks are equal
+by two ``std::optional`` spare normal deviates (a ``float``, a ``double``; ``SPARES_AT``): 2,540
+bytes that hold all ``get_state()`` reads. The mark (``TorchMark``) is a copy of them; two marks are equal
 where those bytes are, and otherwise exactly where ``get_state()`` of each is: the bytes are
 written into a private generator and its ``get_state()`` read. That second look is needed:
 ``torch.random.fork_rng()`` puts the state back through ``set_state()``, which leaves a
@@ -35,11 +35,14 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["TorchMark", "torch_mark", "torch_marker", "torch_view"]
+__all__ = ["HEADER", "SPARES_AT", "TorchMark", "torch_mark", "torch_marker", "torch_view"]
 
 _WORDS = 624
-_HEADER = "@qi?xxxI"  # seed_, left_, seeded_, (padding), next_: the 20 bytes before the words
-_SIZE = 20 + 4 * _WORDS + 8 + 16  # and the two optional spares (float: 8 bytes, double: 16)
+HEADER = "@qi?xxxI"  # seed_, left_, seeded_, (padding), next_: the 20 bytes before the words
+#: after the words and 4 bytes of padding, the spares: ``std::optional<float>`` (value, flag, padding),
+#: then ``std::optional<double>`` (value, flag) at ``SPARES_AT + 8`` (flor.state.draw_marks reads them)
+SPARES_AT = 20 + 4 * _WORDS + 4
+_SIZE = SPARES_AT + 8 + 9 + 3  # through the double's flag and its padding: 2,540 bytes
 #: the generator object -> its view (None: it cannot be read raw); kept, so its memory stays valid
 _VIEWS: dict[int, tuple[Any, Any]] = {}
 
@@ -141,7 +144,7 @@ def _header_agrees(view: Any, state: bytes) -> bool:
     seed, left, seeded, nxt = struct.unpack_from("@qiiQ", state, 0)
     words = struct.unpack_from(f"@{_WORDS}Q", state, 24)
     raw = bytes(view)
-    return (struct.unpack_from(_HEADER, raw, 0) == (seed, left, bool(seeded), nxt)
+    return (struct.unpack_from(HEADER, raw, 0) == (seed, left, bool(seeded), nxt)
             and raw[20:20 + 4 * _WORDS] == struct.pack(f"@{_WORDS}I", *words))
 
 

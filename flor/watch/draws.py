@@ -21,8 +21,6 @@ from .probe import Probe, Say, View
 
 __all__ = ["DrawsProbe", "recorded_draws"]
 
-EMPTY: frozenset[str] = frozenset()
-
 
 def _reader(skip: frozenset[str]) -> tuple[tuple[str, ...], Callable[[], Any], Callable[[Any, Any], Any]]:
     """``flor.state.draw_marks.draw_reader``, imported when first used (it imports torch: not at flor's
@@ -64,7 +62,7 @@ class DrawsProbe(Probe):
         if last is None or (view.replay and (self.recorded is None or self.said)):
             return
         _, read, drawn, before = last
-        found = drawn(before, read())  # nothing drawn (most runs): EMPTY, no set made
+        found = drawn(before, read())  # nothing drawn (most runs): an empty frozenset, no set made
         if not view.replay:
             if found:
                 drew = self.drew.setdefault(view.block, set())
