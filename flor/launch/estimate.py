@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,8 @@ from ..store.layout import RunLayout, marks_of
 from ..store.runmeta import RunMeta
 from .records import read_launch_record
 
-__all__ = ["ReplayEstimate", "cores", "cpu_share", "epoch_costs", "estimate_replay", "load", "probed_blocks", "startup"]
+__all__ = ["ReplayEstimate", "cores", "cpu_share", "epoch_costs", "estimate_replay", "load", "probed_blocks", "startup",
+           "wait_policy"]
 
 #: restore cost of a checkpoint: a fixed part (manifest, files, restore calls) and a rate
 #: (read, hash check, copy into the live tensors), measured on a 2-core VM with a warm page cache
@@ -278,25 +280,54 @@ class ReplayEstimate:
                 f"each count)")
 
 
+def wait_policy(n: int, threads: int, gpus: Sequence[str] | None) -> str | None:
+    """The OpenMP wait policy a launch gives its ``n`` workers of ``threads`` torch threads:
+    ``PASSIVE`` where together they ask more threads than this machine has cores and the user set
+    none (``OMP_WAIT_POLICY``), else None (OpenMP's own).
+
+    OpenMP's threads spin while they wait for their team: a team that loses a core to another
+    worker's keeps spinning on the cores the other needs (2 probed workers of 2 threads on 2 cores
+    took 1.2-3.1x one worker's time). Passive threads sleep instead (1.0-1.2x). Values do not
+    change: the policy decides how a thread waits, not how the work is split among them.
+
+    >>> import flor.launch.estimate as e; cores = e.cores; e.cores = lambda: 2
+    >>> [wait_policy(n, t, None) for n, t in ((1, 2), (2, 1), (2, 2), (1, 4))], wait_policy(2, 2, ["0"])
+    ([None, None, 'PASSIVE', 'PASSIVE'], None)
+    >>> e.cores = cores
+    """
+    if gpus or n * threads <= cores() or os.environ.get("OMP_WAIT_POLICY", "").strip():
+        return None
+    return "PASSIVE"
+
+
+def _spins(n: int, threads: int, gpus: Sequence[str] | None) -> bool:
+    """Whether the OpenMP threads of ``n`` workers spin while they wait (``wait_policy``)."""
+    policy = wait_policy(n, threads, gpus) or os.environ.get("OMP_WAIT_POLICY", "")
+    return policy.strip().upper() != "PASSIVE"
+
+
 def _slowdown(n: int, threads: int, gpus: Sequence[str] | None, busy: float) -> float:
     """How much slower each of ``n`` workers of ``threads`` torch threads runs its epochs.
 
-    On the CPU, their share of the cores; where workers of several threads each ask more threads
-    than there are cores, that share again: torch's OpenMP threads spin while they wait for each
-    other, so a team that loses its core to another keeps it busy for nothing (2 probed workers
-    of 2 threads on 2 cores took 2.0-2.3x as long as one worker, not 1x, in auto_workers.py).
+    On the CPU, their share of the cores; where teams of several threads share cores with other
+    processes' load while spinning (``wait_policy``: a launch's own workers that exceed the cores
+    wait passively), that share again: a team that loses its core keeps it busy for nothing.
 
-    >>> import flor.launch.estimate as e; cores = e.cores; e.cores = lambda: 2
+    >>> import flor.launch.estimate as e, os; cores = e.cores; e.cores = lambda: 2
+    >>> policy = os.environ.pop("OMP_WAIT_POLICY", None)
     >>> [_slowdown(n, t, None, 0.0) for n, t in ((1, 2), (2, 1), (2, 2), (3, 1))]
-    [1.0, 1.0, 4.0, 1.5]
+    [1.0, 1.0, 2.0, 1.5]
     >>> _slowdown(1, 2, None, 1.0), _slowdown(4, 2, ["cuda:0", "cuda:1"], 0.0)
     (2.25, 2.0)
-    >>> e.cores = cores
+    >>> os.environ["OMP_WAIT_POLICY"] = "active"; _slowdown(2, 2, None, 0.0)
+    4.0
+    >>> e.cores = cores; _ = os.environ.pop("OMP_WAIT_POLICY")
+    >>> if policy is not None: os.environ["OMP_WAIT_POLICY"] = policy
     """
     if gpus:
         return float(-(-n // len(gpus)))  # workers sharing one GPU take turns
     share = cpu_share(n * threads, busy)
-    return share * share if threads > 1 and share > 1.0 else share
+    return share * share if threads > 1 and share > 1.0 and _spins(n, threads, gpus) else share
 
 
 def _unshared(costs: list[EpochCost], share: float) -> list[EpochCost]:

@@ -46,7 +46,7 @@ from ..settings import VERDICT_VARIABLES
 from ..store.ids import is_replay_id
 from ..plan import select
 from ..store import ExperimentStore
-from .estimate import ReplayEstimate, estimate_replay, launcher_s
+from .estimate import ReplayEstimate, estimate_replay, launcher_s, wait_policy
 from .executor import Executor
 from .output import WorkerOutput, clean
 from .records import read_launch_record, read_summary
@@ -289,6 +289,8 @@ class Launch:
             env["FLOR_THREADS"] = str(self.threads)
         threads = str(self.estimate.threads)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = threads
+        if policy := wait_policy(self.workers or 1, self.estimate.threads, self.gpus):
+            env["OMP_WAIT_POLICY"] = policy  # teams that share cores sleep while they wait, not spin
         env["CUDA_VISIBLE_DEVICES"] = self.gpus[w % len(self.gpus)] if self.gpus else ""
         env.update(self.extra_env)
         if int(self.meta.world_size or 1) > 1:  # a DDP recording: each worker a world of one
@@ -462,7 +464,8 @@ class Launch:
             notes.append(f"--workers {self.asked}: {n} epoch(s) to replay, so {n} worker(s)")
         if not self.gpus and n * t > cores():
             notes.append(f"{n} workers x {t} torch thread(s) exceed this machine's {cores()} cores; each worker keeps "
-                         f"the recorded thread count for bit-exact values (--threads trades that for speed)")
+                         f"the recorded thread count for bit-exact values (--threads trades that for speed)"
+                         + ("; their OpenMP threads wait passively" if wait_policy(n, t, self.gpus) else ""))
         if self.gpus and n > len(self.gpus):
             notes.append(f"{n} workers share {len(self.gpus)} GPU(s) round-robin")
         if self.threads and self.threads != self.meta.torch_threads:

@@ -184,6 +184,29 @@ def test_worker_environment_places_gpus_threads_and_segments(rec):
     assert all(len(p.init) == p.segment.start for p in launch.estimate.plans)  # --strong: from epoch 0
 
 
+def test_workers_that_exceed_the_cores_wait_passively_unless_the_user_chose(rec, monkeypatch):
+    """OpenMP threads spin while they wait: workers whose teams together exceed the cores spun on the
+    cores the others needed (2 probed workers of 2 threads on 2 cores took up to 3.1x one worker)."""
+    import flor.launch.estimate as estimate
+
+    monkeypatch.setattr(estimate, "cores", lambda: 2)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    store = ExperimentStore(rec.home, "toy")
+    run = store.resolve_run(None)
+
+    def launch(workers: int, gpus: list[str]) -> Launch:
+        return Launch(store, run, [sys.executable, "outer.py"], workers=workers, gpus=gpus, epoch_range=None,
+                      strong=False, threads=None, fresh=True, out=io.StringIO(), err=io.StringIO())
+
+    three = launch(3, [])  # 3 workers x the recorded 1 thread on 2 cores
+    assert {three.env(w).get("OMP_WAIT_POLICY") for w in range(3)} == {"PASSIVE"}
+    assert "OpenMP threads wait passively" in " ".join(three._placement_notes())
+    assert "OMP_WAIT_POLICY" not in launch(2, []).env(0)  # 2 x 1 fits: OpenMP's own policy
+    assert "OMP_WAIT_POLICY" not in launch(3, ["0", "1"]).env(0)  # on GPUs
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice is kept (estimated as spinning: doctest)
+    assert launch(3, []).env(0)["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
 class ScriptedWorker:
     """A worker that prints its lines and exits with ``rc`` without replaying anything."""
 
