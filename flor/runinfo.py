@@ -294,18 +294,38 @@ def process_started() -> float | None:
 
 
 def busy_cores(samples: int = 1, interval: float = 0.02) -> float | None:
-    """How many other tasks are running or waiting for a core right now: ``/proc/loadavg``'s
-    running count less this reader, averaged over ``samples`` reads (the load averages lag
-    by a minute, so a burst that just ended would still count); None where unknown."""
+    """How many other processes' tasks are running or waiting for a core right now:
+    ``/proc/loadavg``'s running count less this process's own running threads (this reader, and
+    the OpenMP threads torch leaves spinning after its last parallel region: a recording that
+    counted them read 1-2 busy cores on an idle machine, and its timings were then taken as
+    slowed by that load), averaged over ``samples`` reads (the load averages lag by a minute, so
+    a burst that just ended would still count); None where unknown."""
     import time
 
     seen = []
     for i in range(max(1, samples)):
         try:
-            running = Path("/proc/loadavg").read_text().split()[3].split("/")[0]
-            seen.append(max(0, int(running) - 1))
+            running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
         except (OSError, IndexError, ValueError):
             return None
+        seen.append(max(0, running - own_running()))
         if i + 1 < samples:
             time.sleep(interval)
     return sum(seen) / len(seen)
+
+
+def own_running() -> int:
+    """This process's threads that are running or waiting for a core (state ``R`` in
+    ``/proc/self/task``), at least the caller's; 1 where unknown."""
+    n = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 1
+    for task in tasks:
+        try:
+            stat = Path(f"/proc/self/task/{task}/stat").read_bytes()
+        except OSError:  # the thread ended meanwhile
+            continue
+        n += stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"R"
+    return max(1, n)
