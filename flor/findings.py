@@ -89,6 +89,9 @@ CATALOGUE: dict[str, Entry] = {
                    "launch with torchrun, or call torch.distributed.init_process_group before the first flor call"),
     "FL121": Entry("the checkpoint policy kept only some epochs (the overhead budget): a replay re-executes the "
                    "others from the nearest checkpoint", "raise --flor_overhead or set --flor_every N"),
+    "FL122": Entry("the checks flor makes at every block run cost more than the overhead budget by themselves "
+                   "(a block per iteration of a small model): the budget thins checkpoints, not these",
+                   "make one block run cover several iterations (docs/loops.md#iteration-loops-nanogpt)"),
     # -- FL2: the script's state outside end() ------------------------------------------------
     "FL201": Entry("end() was not given the LR scheduler or GradScaler of the optimizer it was given",
                    "pass it to SkipBlock.end(..., scheduler)"),

@@ -19,6 +19,8 @@ IDLE_CORE = 0.8
 PAYBACK = 20
 #: ... while all checkpoints together cost at most this many times the budget (5% at the default 1%)
 CEILING = 5
+#: block runs without a checkpoint before FL122 may be said (``CheckpointPolicy.per_run_note``)
+PER_RUN_MIN = 1000
 
 
 def charge_for(idle: float | None) -> str:
@@ -282,6 +284,28 @@ class CheckpointPolicy:
         total = len(self.checkpointed) + len(self.skipped)
         return (f"checkpointed {done} of {total} epochs for {share:.2%} of training time "
                 f"({rule}, charged: {self.charge})")
+
+    def per_run_note(self, run_s: float, runs: int, training_s: float) -> str | None:
+        """FL122's text where the checks every block run pays (``run_s`` a run, over ``runs`` runs that
+        took no checkpoint: the probes of the state outside ``end()``, never thinned) cost more than
+        the budget by themselves, over at least ``PER_RUN_MIN`` runs; None otherwise. A block per
+        iteration of a small model: the budget thins checkpoints, not these, so it cannot keep the
+        overhead within ``--flor_overhead``. flor's own bookkeeping a run is not timed (that would
+        cost as much again), so the share said is a lower bound.
+
+        >>> p = CheckpointPolicy(overhead=0.01)
+        >>> p.per_run_note(6e-6, 60000, 15.0)[:62]
+        'FL122 the checks flor makes at every block run cost at least 2'
+        >>> p.per_run_note(2e-6, 60000, 15.0), p.per_run_note(6e-6, 500, 15.0)
+        (None, None)
+        """
+        steady_s = run_s * runs
+        if runs < PER_RUN_MIN or training_s <= 0 or steady_s <= self.overhead * training_s:
+            return None
+        return (f"FL122 the checks flor makes at every block run cost at least {steady_s / training_s:.1%} of training "
+                f"by themselves ({runs} runs, one every {training_s / runs * 1e3:.2f} ms): more than the "
+                f"{self.overhead:.1%} overhead budget, which thins checkpoints, not these; make one block run cover "
+                "several iterations (docs/loops.md#iteration-loops-nanogpt)")
 
     def describe(self) -> dict:
         return {

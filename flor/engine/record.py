@@ -419,7 +419,11 @@ class RecordSession(Session):
         policy = cp.policy
         self.meta.checkpoint_policy = policy.describe()
         self.meta.background = {"cpu_s": round(cp.background_cpu_s, 6), "bytes_written": cp.bytes_written}
-        line = ""
+        line = per_run = ""
+        watch = getattr(self, "watch", None)
+        if watch is not None and watch.steady_runs:  # blocks ran: the loop or a block started the clock
+            per_run = policy.per_run_note(watch.steady_run_s, watch.steady_runs,
+                                          time.perf_counter() - (self.loop_started or self.block_started)) or ""
         if policy.checkpointed or policy.skipped:  # which epochs, at what cost, charged how
             training_s = time.perf_counter() - (self.loop_started or self.block_started)
             failed_at = frozenset(f.get("epoch") for f in self.meta.checkpoint_failures) | {e for _, e in left}
@@ -456,6 +460,8 @@ class RecordSession(Session):
                   + f" ({self.run_dir})", file=sys.stderr)
         if line:  # after the tee: the run's stdout.log holds what the script printed, not this
             print(line, file=sys.stderr)
+        if per_run:
+            print(f"flor: {per_run}", file=sys.stderr)
         if self.spool is not None:  # after the tee: stdout.log is complete and goes up too
             wait = self.settings.spool_wait
             self.spool.finish(min(wait, self.settings.flush_timeout) if self.exit_error == "terminated" else wait)

@@ -31,6 +31,7 @@ A new kind of state is a new probe in its own file of this package, with in-proc
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable, Iterable
@@ -135,6 +136,7 @@ class Watch:
         self.by_probe: dict[str, float] = {}  # probe -> its seconds, all verbs (run.json timings.watch_probes_s)
         self.steady_s = 0.0  # ... but in steady runs (Probe.steady), all probes together
         self._steady_runs = 0  # steady verb calls so far: one in STEADY_TIMED is timed (``_run_steady``)
+        self._steady_recent: deque[float] = deque(maxlen=255)  # the last timed ones, for ``steady_run_s``
         self._entered: set[str] = set()  # blocks entered at least once
         self._open: View | None = None
         self._ends: dict[str, int] = {}  # block -> its runs that reached leave()
@@ -232,9 +234,23 @@ class Watch:
             except Exception as exc:  # noqa: BLE001 - as in _each: a probe only advises
                 self.failed.setdefault(kind, repr(exc)[:300])
         if t0:
-            spent = (time.perf_counter() - t0) * STEADY_TIMED
+            took = time.perf_counter() - t0
+            self._steady_recent.append(took)
+            spent = took * STEADY_TIMED
             self.seconds += spent
             self.steady_s += spent
+
+    @property
+    def steady_runs(self) -> int:
+        """Block runs that were steady (each calls its steady verbs twice: at enter and at leave)."""
+        return self._steady_runs // 2
+
+    @property
+    def steady_run_s(self) -> float:
+        """The steady verbs' seconds a block run: twice the median of the last timed calls (a
+        preempted or paging call, counted ``STEADY_TIMED`` times in ``steady_s``, does not move it)."""
+        recent = sorted(self._steady_recent)
+        return 2 * recent[len(recent) // 2] if recent else 0.0
 
     def drop(self) -> None:
         """The open block closed without ``end()`` (an exception, ``continue``)."""
