@@ -267,15 +267,21 @@ class ReplayEstimate:
         """A note where these workers are estimated slower than fewer (each worker's start-up
         against its segment's work, workers sharing the cores) by more than ``SLOWER_BY``.
 
+        Both sides without the launcher's own time, which every count pays (a count past this
+        machine's cores is not in ``by_count``: its workers' seconds alone, not ``total_s``), and
+        both said with it, as ``--plan`` says its estimated time.
+
         >>> est = ReplayEstimate(2, [], [9.0, 8.0], (1, 6.0), {1: 6.0, 2: 9.0}, 2.0, "", set(), 1.6, 1)
         >>> est.slower_than_fewer()[:60]
         '--workers 2: estimated 9.0 s, slower than 1 worker(s) at 6.0'
         >>> ReplayEstimate(2, [], [6.5], (1, 6.0), {1: 6.0, 2: 6.5}, 2.0, "", set(), 1.0, 1).slower_than_fewer()
+        >>> ReplayEstimate(2, [], [6.5], (1, 6.0), {1: 6.0}, 2.0, "", set(), 1.0, 2, launcher_s=1.0).slower_than_fewer()
         """
         best, best_s = self.fastest
-        mine = self.by_count.get(self.workers, self.total_s)
+        mine = self.by_count.get(self.workers, max(self.seconds, default=0.0))
         if best >= self.workers or mine <= best_s * SLOWER_BY:
             return None
+        mine, best_s = mine + self.launcher_s, best_s + self.launcher_s
         return (f"--workers {self.workers}: estimated {mine:.1f} s, slower than {best} worker(s) at {best_s:.1f} s "
                 f"on this machine (each worker's start-up against its segment's work; `flor replay --plan` shows "
                 f"each count)")

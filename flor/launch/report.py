@@ -114,8 +114,10 @@ def print_plan(est: ReplayEstimate, *, name: str, run: str, meta: RunMeta, gpus:
     why = [f"workers slowed {est.slowdown:.1f}x by sharing"] if est.slowdown > 1 else []
     why += [f"the launcher's own {est.launcher_s:.1f} s before them"] if est.launcher_s else []
     out.write(f"  estimated time: {est.total_s:.1f} s" + (f" ({'; '.join(why)})" if why else "") + "\n")
-    counts = ", ".join(f"{n}: {t:.1f} s" for n, t in est.by_count.items())
-    out.write(f"  fastest: {est.fastest[0]} worker(s), estimated {est.fastest[1]:.1f} s  (by worker count: {counts})\n")
+    # each count with the launcher's own time, as the estimated time above
+    counts = ", ".join(f"{n}: {t + est.launcher_s:.1f} s" for n, t in est.by_count.items())
+    out.write(f"  fastest: {est.fastest[0]} worker(s), estimated {est.fastest[1] + est.launcher_s:.1f} s  "
+              f"(by worker count: {counts})\n")
 
 
 def replay_report(store: ExperimentStore, run: str, replay_id: str | None) -> dict[str, Any]:

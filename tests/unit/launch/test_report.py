@@ -87,3 +87,23 @@ def test_a_new_log_no_worker_of_a_launch_ran_is_named_and_not_exact(tmp_path):
 def test_no_fl338_where_every_new_log_ran_or_a_worker_did_not_tell(tmp_path, ran, extra):
     out = _new_logs(tmp_path, ran, extra)
     assert "FL338" not in out["text"] and "FL338" not in [c["code"] for c in out["conditions"]]
+
+
+def test_the_plan_says_every_count_with_the_launchers_own_time_as_its_estimated_time():
+    """`--plan` said "estimated time: 4.6 s" (the launcher's 0.5 s included) beside "fastest: 1 worker(s),
+    estimated 3.7 s" (not included), so a count looked 24% slower than it was estimated."""
+    import io
+
+    from flor.launch.estimate import ReplayEstimate
+    from flor.launch.report import print_plan
+    from flor.plan import make_plan
+    from flor.store.runmeta import RunMeta
+
+    meta = RunMeta("x", "20261208T000000.000000-abcdef")
+    meta.epochs_done = meta.epochs_planned = 6
+    plans = [make_plan(6, p, 2, set(range(6))) for p in range(2)]
+    est = ReplayEstimate(2, plans, [3.5, 4.0], (1, 3.7), {1: 3.7}, 3.0, "measured", set(), 2.0, 2, launcher_s=0.5)
+    out = io.StringIO()
+    print_plan(est, name="x", run=meta.run, meta=meta, gpus=[], within=None, out=out)
+    text = out.getvalue()
+    assert "estimated time: 4.5 s" in text and "fastest: 1 worker(s), estimated 4.2 s  (by worker count: 1: 4.2 s)" in text
