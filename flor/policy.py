@@ -285,6 +285,18 @@ class CheckpointPolicy:
         return (f"checkpointed {done} of {total} epochs for {share:.2%} of training time "
                 f"({rule}, charged: {self.charge})")
 
+    def exit_line(self, training_s: float, failed: frozenset = frozenset()) -> str:
+        """The recording's exit line (``summary``), FL121 where the policy left epochs out.
+
+        >>> p = CheckpointPolicy(overhead=0.01); p.observe("train", 0, stall=0.01); p.skipped.append(1)
+        >>> p.exit_line(10.0)[:50]
+        'flor: FL121 checkpointed 1 of 2 epochs for 0.10% o'
+        """
+        if not self.skipped:
+            return f"flor: {self.summary(training_s, failed)}"
+        return (f"flor: FL121 {self.summary(training_s, failed)}; a replay re-executes the others from the nearest "
+                "checkpoint")
+
     def per_run_note(self, run_s: float, runs: int, training_s: float) -> str | None:
         """FL122's text where the checks every block run pays (``run_s`` a run, over ``runs`` runs that
         took no checkpoint: the probes of the state outside ``end()``, never thinned) cost more than

@@ -1,6 +1,7 @@
 """Recording: run metadata, logs, stdout and a checkpoint of every block at every epoch.
 
-A ``RecordSession`` is built from parts it owns: the run's run.json (``RunRecord``), its
+A ``RecordSession`` is built from parts it owns: the run's run.json (``RunRecord``) and what it
+notes of the run besides its epochs (``RunFacts``: source, git, GPUs, late hyperparameters), its
 checkpoints (``Checkpointer``: the writer, the policy, the snapshot buffers), the probes of the
 script's state outside ``end()`` (``flor.watch.Watch``) and the loop's own variables
 (``flor.watch.loop.LoopState``). It keeps no state of its own per heuristic.
@@ -20,13 +21,12 @@ from ..logs.summary import MetricTracker
 from ..logs.tensorboard import RecordEvents
 from ..placement import IdleMeter
 from ..redact import redact_argv
-from ..runinfo import busy_cores, git_info, gpus, process_started, script_info, versions
+from ..runinfo import busy_cores, process_started, script_info, versions
 from ..settings import Settings
 from ..source.blocks import wrapper_advice
 from ..store import lock as store_lock
 from ..store.layout import RunLayout
 from ..store.runmeta import RunMeta
-from ..store.trust import sign_run
 from ..watch.attributes import ModuleAttrProbe
 from ..watch.carried import CarriedProbe
 from ..watch.draws import DrawsProbe
@@ -43,7 +43,8 @@ from .ddp import RankLink
 from .effects import FileWrites
 from .exits import watch_exits
 from .runrecord import LEFT_OPEN, RunRecord
-from .session import Session, as_result, copy_source, new_run_id, source_sha
+from .runfacts import RunFacts
+from .session import Session, as_result, new_run_id
 from .trackers import note_trackers
 
 __all__ = ["LOOKAHEAD_EVERY_S", "META_EVERY_S", "META_WRITE_SHARE", "RecordSession"]
@@ -80,23 +81,17 @@ class RecordSession(Session):
             versions=versions(), torch_threads=torch.get_num_threads(), started=self.started,
             hyperparameters=hparams.captured(), write_failures=self.write_failures,
         )
-        self.argv, self.source_sha = list(sys.argv), None  # kept to hide later-known secret flags (argparse)
         self.record = RunRecord(self.store, self.meta, self.write_failed)
-        hparams.subscribe(self._hyperparameters)
-        try:
-            copy_source(script["script"], self.layout.source)
-            self.source_sha = source_sha(self.layout.source, script["script"])
-            self.meta.signature = sign_run(settings.config_dir, self.meta.argv, self.source_sha)
-        except OSError as exc:
-            self.write_failed("source", exc)
+        self.facts = RunFacts(settings, self.record, self.layout, script["script"], write=self.write_meta,
+                              closed=lambda: self._closed, write_failed=self.write_failed)
         self.checkpoints = Checkpointer(self.store, self.run, self.record, settings, self.warn_once)
         writer = self.checkpoints.writer
         # git's view of the script's tree, off the training thread: `git status` and `git diff` take
         # ~10 ms in a small repository and seconds in a large one
-        writer.submit(lambda: self._git(script["script"]), 0, lambda exc: None)
+        writer.submit(self.facts.git, 0, lambda exc: None)
         # temp files of writers that died mid-write (a kill, a crash) take space: clear them off the training thread
         writer.submit(self.store.remove_stale_tmp, 0, lambda exc: None)
-        writer.submit(self._gpus, 0, lambda exc: None)
+        writer.submit(self.facts.gpus, 0, lambda exc: None)
         self.spool = None
         if settings.spool:  # uploads run on their own thread: training never waits on the network
             from ..store.sync import BackgroundSpool
@@ -169,41 +164,6 @@ class RecordSession(Session):
         """Block ``name`` adds to the gradients its previous run left: its checkpoints keep them."""
         if name not in self.meta.grads_carried:
             self.meta.grads_carried.append(name)
-
-    def _git(self, script: str) -> None:
-        """The script's git commit, branch and dirtiness into run.json, and its diff beside it, on
-        the writer (``flor.runinfo.git_info``)."""
-        git, diff = git_info(script, exclude=[self.settings.home])
-        if diff:
-            try:
-                self.layout.diff_patch.write_text(diff)
-            except OSError as exc:
-                self.write_failed("source", exc)
-        if git is not None:
-            with self.record.lock:
-                self.meta.git = git
-            if not self._closed:
-                self.write_meta()
-
-    def _gpus(self) -> None:
-        """The GPUs into run.json's versions, on the writer (``flor.runinfo.gpus``)."""
-        found = gpus()
-        if found:
-            with self.record.lock:
-                self.meta.versions = {**self.meta.versions, **found}
-            if not self._closed:
-                self.write_meta()
-
-    def _hyperparameters(self, values: dict[str, Any]) -> None:
-        """argparse or flor.arg gave more hyperparameters after the run started; options whose dest is
-        secret-like hide their values in argv too (then signed again)."""
-        self.meta.hyperparameters = values
-        argv = redact_argv(self.argv, hparams.secret_flags())
-        if argv != self.meta.argv:
-            self.meta.argv = argv
-            self.meta.signature = sign_run(self.settings.config_dir, argv, self.source_sha)
-        if not self._closed:
-            self.write_meta()
 
     def _follow_logs(self, records: list[dict]) -> None:
         def job() -> None:
@@ -427,10 +387,7 @@ class RecordSession(Session):
         if policy.checkpointed or policy.skipped:  # which epochs, at what cost, charged how
             training_s = time.perf_counter() - (self.loop_started or self.block_started)
             failed_at = frozenset(f.get("epoch") for f in self.meta.checkpoint_failures) | {e for _, e in left}
-            line = f"flor: {policy.summary(training_s, failed_at)}"
-            if policy.skipped:
-                line = f"flor: FL121 {policy.summary(training_s, failed_at)}; a replay re-executes the others from " \
-                       "the nearest checkpoint"
+            line = policy.exit_line(training_s, failed_at)
         ended = self.exits.outcome() if self.exit_error is None else None
         self.exits.uninstall()
         self.writes.close()
@@ -438,26 +395,15 @@ class RecordSession(Session):
             self.meta.extra["files_written"] = list(self.writes.paths)
         self.meta.extra["drew_between"] = self.draws.noted()
         self.record.finish(self.exit_error, getattr(self, "terminated_by", None), ended)
-        # a block left open (an exception past its end(): the script's, already reported) is not
-        # a checkpoint that failed, and a run that crashed was affected: said by its warning only
-        failed = self.record.failed_checkpoints()
-        if failed or self.write_failures:
-            counts = ", ".join(f"{kind} {n}" for kind, n in sorted(self.write_failures.items()))
-            print(f"flor: FL115 {failed} checkpoint(s) failed" + (f" and writes failed ({counts})" if counts else "")
-                  + "; training was not affected, a replay re-executes the epochs without a checkpoint"
-                  + " (run.json: checkpoint_failures, write_failures)", file=sys.stderr)
+        if failures := self.record.failures_line(self.write_failures):
+            print(failures, file=sys.stderr)
         try:
             self.untee_output()
         finally:
             written = self.write_meta(durable=True)  # last, so it counts a failure to save the output log too
             self.record.release_reserved()
         if not written:  # what a replay and `flor ls` will read is the last run.json that was written
-            last = self.record.written
-            print("flor: FL116 the final run.json could not be written, so the run's end, checkpoint_failures and "
-                  "write_failures are not recorded: " + (
-                      f"the last one written says {last[0]!r} with {last[1]} epoch(s) done, and a replay covers "
-                      "only those" if last else "none was ever written, so `flor ls` and replay cannot see this run")
-                  + f" ({self.run_dir})", file=sys.stderr)
+            print(self.record.unwritten_line(self.run_dir), file=sys.stderr)
         if line:  # after the tee: the run's stdout.log holds what the script printed, not this
             print(line, file=sys.stderr)
         if per_run:

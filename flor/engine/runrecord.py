@@ -85,6 +85,27 @@ class RunRecord:
         """Checkpoints that failed, not counting blocks the script's own exception left open."""
         return sum(1 for f in self.meta.checkpoint_failures if not str(f.get("error", "")).startswith(LEFT_OPEN))
 
+    def failures_line(self, write_failures: dict[str, int]) -> str | None:
+        """FL115, the exit's count of failed checkpoints and writes; None where none failed. A block
+        left open (an exception past its end(): the script's, already reported) is not a checkpoint
+        that failed, and a run that crashed was affected: said by its warning only."""
+        failed = self.failed_checkpoints()
+        if not failed and not write_failures:
+            return None
+        counts = ", ".join(f"{kind} {n}" for kind, n in sorted(write_failures.items()))
+        return (f"flor: FL115 {failed} checkpoint(s) failed" + (f" and writes failed ({counts})" if counts else "")
+                + "; training was not affected, a replay re-executes the epochs without a checkpoint"
+                + " (run.json: checkpoint_failures, write_failures)")
+
+    def unwritten_line(self, run_dir: Path) -> str:
+        """FL116: the final run.json could not be written; what readers will see instead."""
+        last = self.written
+        return ("flor: FL116 the final run.json could not be written, so the run's end, checkpoint_failures and "
+                "write_failures are not recorded: " + (
+                    f"the last one written says {last[0]!r} with {last[1]} epoch(s) done, and a replay covers "
+                    "only those" if last else "none was ever written, so `flor ls` and replay cannot see this run")
+                + f" ({run_dir})")
+
     def finish(self, exit_error: str | None, terminated_by: str | None,
                ended: tuple[str, int, str | None] | None) -> None:
         """The run's final status: finished, interrupted, terminated (by ``terminated_by``), crashed,
