@@ -381,13 +381,14 @@ class RecordSession(Session):
         self.meta.background = {"cpu_s": round(cp.background_cpu_s, 6), "bytes_written": cp.bytes_written}
         line = per_run = ""
         watch = getattr(self, "watch", None)
-        if watch is not None and watch.steady_runs:  # blocks ran: the loop or a block started the clock
-            per_run = policy.per_run_note(watch.steady_run_s, watch.steady_runs,
-                                          time.perf_counter() - (self.loop_started or self.block_started)) or ""
-        if policy.checkpointed or policy.skipped:  # which epochs, at what cost, charged how
+        steady = watch.steady_runs if watch is not None else 0
+        if policy.checkpointed or policy.skipped or steady:  # blocks ran: the loop or a block started the clock
             training_s = time.perf_counter() - (self.loop_started or self.block_started)
-            failed_at = frozenset(f.get("epoch") for f in self.meta.checkpoint_failures) | {e for _, e in left}
-            line = policy.exit_line(training_s, failed_at)
+            if watch is not None and steady:  # FL122: the checks of runs without a checkpoint alone over the budget
+                per_run = policy.per_run_note(watch.steady_run_s, steady, training_s) or ""
+            if policy.checkpointed or policy.skipped:  # which epochs, at what cost, charged how
+                failed_at = frozenset(f.get("epoch") for f in self.meta.checkpoint_failures) | {e for _, e in left}
+                line = policy.exit_line(training_s, failed_at)
         ended = self.exits.outcome() if self.exit_error is None else None
         self.exits.uninstall()
         self.writes.close()

@@ -50,7 +50,6 @@ __all__ = ["draw_reader", "torch_fields"]
 #: seeded_, next_) and the first two words; then at ``SPARES_AT`` the optional float and double spares
 _HEAD = struct.Struct(f"={HEADER.lstrip('@')}8s")
 _SPARES = struct.Struct("=f?3xd?")
-_SPARES_AT = SPARES_AT
 #: ``get_state()``'s bytes: the double spare and its flag, the float spare and its flag
 _STATE_DOUBLE, _STATE_DOUBLE_VALID, _STATE_FLOAT = 5024, 5040, 5048
 
@@ -63,7 +62,7 @@ def torch_fields(region: bytes) -> tuple:
     (``_HEAD`` then ``_SPARES``): a spare's value only where its flag is set.
 
     >>> g = torch.Generator(); _ = g.manual_seed(1); view = torch_view(g); _ = torch.randn(1, generator=g)
-    >>> region = view.raw[:_HEAD.size] + view.raw[_SPARES_AT:_SPARES_AT + _SPARES.size]
+    >>> region = view.raw[:_HEAD.size] + view.raw[SPARES_AT:SPARES_AT + _SPARES.size]
     >>> torch_fields(region)[:4], torch_fields(region)[-1] == g.get_state()[5024:5032].view(torch.float64).item()
     ((1, 621, True, 4), True)
     """
@@ -115,7 +114,7 @@ def _joined(keys: tuple[str, ...]) -> Reader | None:
                                           _bytes(has_gauss, ctypes.sizeof(has_gauss)),
                                           _bytes(gauss, ctypes.sizeof(gauss))]),
                        ("torch", lambda: [_bytes(tview, _HEAD.size),
-                                          _bytes(tview, _SPARES_AT + _SPARES.size)[_SPARES_AT:]])):
+                                          _bytes(tview, SPARES_AT + _SPARES.size)[SPARES_AT:]])):
         if key in keys:
             start = sum(v.nbytes for v in views)
             views.extend(parts())
@@ -184,7 +183,7 @@ def _check_spares() -> bool:
             if draw is not None:
                 draw()
             raw, state = view.raw, probe.get_state().numpy().tobytes()
-            fields = torch_fields(raw[:_HEAD.size] + raw[_SPARES_AT:_SPARES_AT + _SPARES.size])
+            fields = torch_fields(raw[:_HEAD.size] + raw[SPARES_AT:SPARES_AT + _SPARES.size])
             (d,), (valid,) = struct.unpack_from("=d", state, _STATE_DOUBLE), struct.unpack_from("=i", state,
                                                                                                  _STATE_DOUBLE_VALID)
             f, has_f = struct.unpack_from("=f?", state, _STATE_FLOAT)
